@@ -1,0 +1,204 @@
+"""Shared plumbing for every op family: dtypes, constants, promotion, broadcasting, reshapes.
+
+Shapes are handled the same way everywhere: a rule passes torch sizes (ints or
+SymInts, usually taken from ``ctx.out_shape``); these helpers emit the static op
+when every dim is known and the ``dynamic_*`` op with a shape value otherwise.
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+from numbers import Number
+from typing import Sequence
+
+import numpy as np
+import torch
+from jaxlib.mlir import ir
+from jaxlib.mlir.dialects import stablehlo
+
+from .context import LoweringContext
+from .mlir_types import DYNAMIC, element_type, mlir_shape, tensor_type
+
+# --------------------------------------------------------------------------
+# types
+
+
+def value_type(value: ir.Value) -> ir.RankedTensorType:
+    return ir.RankedTensorType(value.type)
+
+
+def static_shape(value: ir.Value) -> list[int]:
+    """Dims of a value's type; dynamic dims are ``mlir_types.DYNAMIC``."""
+    return list(value_type(value).shape)
+
+
+def rank(value: ir.Value) -> int:
+    return value_type(value).rank
+
+
+@lru_cache(maxsize=None)
+def _dtype_by_type_string(type_string: str) -> torch.dtype:
+    for dtype in (torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.bool,
+                  torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8, torch.uint16,
+                  torch.uint32, torch.uint64, torch.complex64, torch.complex128):
+        if str(element_type(dtype)) == type_string:
+            return dtype
+    raise TypeError(f"no torch dtype for MLIR element type {type_string}")
+
+
+def dtype_of(value: ir.Value) -> torch.dtype:
+    return _dtype_by_type_string(str(value_type(value).element_type))
+
+
+def with_dtype(value: ir.Value, dtype: torch.dtype) -> ir.RankedTensorType:
+    return ir.RankedTensorType.get(static_shape(value), element_type(dtype))
+
+
+# --------------------------------------------------------------------------
+# constants
+
+
+def _scalar_attr(number, dtype: torch.dtype) -> ir.Attribute:
+    mlir_type = element_type(dtype)
+    if dtype.is_floating_point:
+        return ir.FloatAttr.get(mlir_type, float(number))
+    if dtype == torch.bool:
+        return ir.IntegerAttr.get(mlir_type, int(bool(number)))
+    return ir.IntegerAttr.get(mlir_type, int(number))
+
+
+def constant(number, dtype: torch.dtype, shape: Sequence[int] = ()) -> ir.Value:
+    """A splat constant of a Python number with a static shape (default: 0-d)."""
+    result_type = ir.RankedTensorType.get(list(shape), element_type(dtype))
+    return stablehlo.constant(ir.DenseElementsAttr.get_splat(result_type, _scalar_attr(number, dtype)))
+
+
+def array_constant(array: np.ndarray, dtype: torch.dtype) -> ir.Value:
+    """A dense constant from a numpy array (ints and floats; used for small index tables)."""
+    result_type = ir.RankedTensorType.get(list(array.shape), element_type(dtype))
+    return stablehlo.constant(ir.DenseElementsAttr.get(np.ascontiguousarray(array), type=result_type))
+
+
+def scalar_to_dtype(number, dtype: torch.dtype):
+    """Python number cast the way torch casts a scalar operand (bool/int/float)."""
+    if dtype == torch.bool:
+        return bool(number)
+    if not dtype.is_floating_point and not dtype.is_complex:
+        return int(number)
+    return float(number)
+
+
+# --------------------------------------------------------------------------
+# dtype promotion
+
+
+@lru_cache(maxsize=None)
+def _probe(dtype: torch.dtype, zero_dim: bool) -> torch.Tensor:
+    return torch.empty(() if zero_dim else (0,), dtype=dtype)
+
+
+def _promotion_operand(operand, meta):
+    if isinstance(operand, ir.Value):
+        zero_dim = meta.dim() == 0 if meta is not None else rank(operand) == 0
+        return _probe(dtype_of(operand), zero_dim)
+    return operand
+
+
+def promoted_dtype(*operands, metas: Sequence | None = None) -> torch.dtype:
+    """torch's result_type over MLIR values (tensors) and Python numbers (scalars)."""
+    metas = metas or [None] * len(operands)
+    probes = [_promotion_operand(op, meta) for op, meta in zip(operands, metas)]
+    result = probes[0]
+    if len(probes) == 1:
+        return result.dtype if isinstance(result, torch.Tensor) else torch.tensor(result).dtype
+    dtype = torch.result_type(probes[0], probes[1])
+    for probe in probes[2:]:
+        dtype = torch.promote_types(dtype, probe.dtype) if isinstance(probe, torch.Tensor) \
+            else torch.result_type(torch.empty((0,), dtype=dtype), probe)
+    return dtype
+
+
+def convert(value: ir.Value, dtype: torch.dtype) -> ir.Value:
+    if dtype_of(value) == dtype:
+        return value
+    return stablehlo.convert(with_dtype(value, dtype), value)
+
+
+# --------------------------------------------------------------------------
+# shapes
+
+
+def is_static(sizes) -> bool:
+    return all(isinstance(s, int) or s.node.maybe_as_int() is not None for s in sizes)
+
+
+def broadcast_in_dim(ctx: LoweringContext, value: ir.Value, sizes, dims: Sequence[int]) -> ir.Value:
+    """``broadcast_in_dim`` to torch sizes (static or symbolic); ``dims`` maps operand dims to result dims."""
+    result_type = ir.RankedTensorType.get(mlir_shape(sizes), value_type(value).element_type)
+    if is_static(sizes):
+        if value_type(value) == result_type and list(dims) == list(range(len(dims))):
+            return value
+        return stablehlo.broadcast_in_dim(result_type, value, list(dims))
+    return stablehlo.dynamic_broadcast_in_dim(result_type, value, ctx.shape_value(sizes), list(dims))
+
+
+def broadcast_to(ctx: LoweringContext, value: ir.Value, sizes) -> ir.Value:
+    """Numpy-style broadcast (trailing dims aligned) to torch sizes."""
+    offset = len(sizes) - rank(value)
+    return broadcast_in_dim(ctx, value, sizes, list(range(offset, len(sizes))))
+
+
+def reshape(ctx: LoweringContext, value: ir.Value, sizes) -> ir.Value:
+    result_type = ir.RankedTensorType.get(mlir_shape(sizes), value_type(value).element_type)
+    if value_type(value) == result_type:
+        return value
+    if is_static(sizes):
+        return stablehlo.reshape(result_type, value)
+    return stablehlo.dynamic_reshape(result_type, value, ctx.shape_value(sizes))
+
+
+def dim_size(ctx: LoweringContext, value: ir.Value, dim: int) -> ir.Value:
+    """0-d i64 size of one dim of a value (constant when static)."""
+    size = static_shape(value)[dim]
+    if size != DYNAMIC:
+        return ctx.size_value(size)
+    as_i32 = stablehlo.get_dimension_size(value, dim)
+    return stablehlo.convert(ir.RankedTensorType.get([], ir.IntegerType.get_signless(64)), as_i32)
+
+
+def normalize_dim(dim: int, ndim: int) -> int:
+    return dim + ndim if dim < 0 else dim
+
+
+def normalize_dims(dims, ndim: int) -> list[int]:
+    if dims is None:
+        return list(range(ndim))
+    if isinstance(dims, int):
+        dims = [dims]
+    return sorted(normalize_dim(d, ndim) for d in dims)
+
+
+# --------------------------------------------------------------------------
+# elementwise plumbing
+
+
+def as_tensor(ctx: LoweringContext, operand, dtype: torch.dtype, sizes) -> ir.Value:
+    """An elementwise operand as a value of ``dtype`` broadcast to ``sizes`` (numbers become splats)."""
+    if isinstance(operand, ir.Value):
+        return broadcast_to(ctx, convert(operand, dtype), sizes)
+    return full_like(ctx, sizes, operand, dtype)
+
+
+def elementwise_operands(ctx: LoweringContext, *operands, dtype: torch.dtype | None = None) -> list[ir.Value]:
+    """Operands promoted (torch rules unless ``dtype`` is given) and broadcast to the node's output shape."""
+    if dtype is None:
+        dtype = promoted_dtype(*operands, metas=[ctx.arg_meta(i) if i < len(ctx.node.args) else None
+                                                  for i in range(len(operands))])
+    return [as_tensor(ctx, operand, dtype, ctx.out_shape) for operand in operands]
+
+
+def full_like(ctx: LoweringContext, sizes, fill, dtype: torch.dtype) -> ir.Value:
+    """A tensor of torch sizes filled with a Python number."""
+    return broadcast_in_dim(ctx, constant(scalar_to_dtype(fill, dtype), dtype), sizes, [])
+
+
+__all__ = [name for name in dir() if not name.startswith("_")]

@@ -1,0 +1,97 @@
+"""Symbolic sizes as MLIR values.
+
+torch.export describes a dynamic dim by a sympy expression over symbols that
+stand for input dims. Each symbol is bound once, to ``get_dimension_size`` of
+the first graph input that carries it; expressions over symbols become scalar
+arithmetic. Sizes are 0-d ``tensor<i64>`` values.
+"""
+from __future__ import annotations
+
+import numpy as np
+import sympy
+import torch
+from jaxlib.mlir import ir
+from jaxlib.mlir.dialects import stablehlo
+from torch.utils._sympy.functions import CeilDiv, FloorDiv, Max, Min, Mod, PythonMod
+
+I64 = lambda: ir.IntegerType.get_signless(64)  # noqa: E731
+
+
+def i64_scalar(value: int) -> ir.Value:
+    scalar_type = ir.RankedTensorType.get([], I64())
+    return stablehlo.constant(ir.DenseElementsAttr.get_splat(scalar_type, ir.IntegerAttr.get(I64(), int(value))))
+
+
+class SymbolicDims:
+    """Binds shape symbols to graph inputs and emits size expressions (cached per expression)."""
+
+    def __init__(self):
+        self._sources: dict[sympy.Symbol, tuple[ir.Value, int]] = {}
+        self._cache: dict[sympy.Expr, ir.Value] = {}
+
+    def bind_input(self, value: ir.Value, sizes) -> None:
+        for dim, size in enumerate(sizes):
+            if isinstance(size, torch.SymInt):
+                expr = size.node.expr
+                if isinstance(expr, sympy.Symbol) and expr not in self._sources:
+                    self._sources[expr] = (value, dim)
+
+    def size(self, size) -> ir.Value:
+        """0-d i64 value of an int or SymInt."""
+        if isinstance(size, torch.SymInt):
+            pinned = size.node.maybe_as_int()
+            return i64_scalar(pinned) if pinned is not None else self._expr(size.node.expr)
+        return i64_scalar(size)
+
+    def shape(self, sizes) -> ir.Value:
+        """1-d i64 shape tensor for a list of ints/SymInts (for the dynamic_* ops)."""
+        if all(isinstance(s, int) for s in sizes):
+            shape_type = ir.RankedTensorType.get([len(sizes)], I64())
+            return stablehlo.constant(ir.DenseElementsAttr.get(
+                np.asarray(sizes, dtype="int64"), type=shape_type))
+        one_d = ir.RankedTensorType.get([1], I64())
+        parts = [stablehlo.reshape(one_d, self.size(s)) for s in sizes]
+        return stablehlo.concatenate(parts, 0)
+
+    def _expr(self, expr: sympy.Expr) -> ir.Value:
+        if expr not in self._cache:
+            self._cache[expr] = self._emit(expr)
+        return self._cache[expr]
+
+    def _emit(self, expr: sympy.Expr) -> ir.Value:
+        if isinstance(expr, sympy.Integer):
+            return i64_scalar(int(expr))
+        if isinstance(expr, sympy.Symbol):
+            if expr not in self._sources:
+                raise NotImplementedError(
+                    f"size symbol {expr} is not a dim of any graph input (data-dependent sizes are not supported here)")
+            value, dim = self._sources[expr]
+            dim_size = stablehlo.get_dimension_size(value, dim)
+            return stablehlo.convert(ir.RankedTensorType.get([], I64()), dim_size)
+        operands = [self._expr(a) for a in expr.args]
+        if isinstance(expr, sympy.Add):
+            return _fold(stablehlo.add, operands)
+        if isinstance(expr, sympy.Mul):
+            return _fold(stablehlo.multiply, operands)
+        if isinstance(expr, (FloorDiv,)):
+            return stablehlo.divide(*operands)  # sizes are non-negative: truncation is floor
+        if isinstance(expr, CeilDiv):
+            num, den = operands
+            one = i64_scalar(1)
+            return stablehlo.divide(stablehlo.subtract(stablehlo.add(num, den), one), den)
+        if isinstance(expr, (Mod, PythonMod)):
+            return stablehlo.remainder(*operands)
+        if isinstance(expr, Max):
+            return _fold(stablehlo.maximum, operands)
+        if isinstance(expr, Min):
+            return _fold(stablehlo.minimum, operands)
+        if isinstance(expr, sympy.Pow) and isinstance(expr.exp, sympy.Integer) and expr.exp > 0:
+            return _fold(stablehlo.multiply, [operands[0]] * int(expr.exp))
+        raise NotImplementedError(f"cannot emit the size expression {expr} ({type(expr).__name__})")
+
+
+def _fold(op, operands):
+    result = operands[0]
+    for operand in operands[1:]:
+        result = op(result, operand)
+    return result

@@ -1,0 +1,59 @@
+"""``export_to_stablehlo``: torch model or ExportedProgram -> StableHLOArtifact."""
+from __future__ import annotations
+
+import torch
+from torch.export import ExportedProgram
+
+from aten_lowerings.registry import op_name
+from runtime.mlir_context import make_context
+
+from .artifact import StableHLOArtifact
+from .errors import UnsupportedOpsError
+from .graph_lowering import GraphLowering, unsupported_targets
+from .locations import describe
+from .signature import signature_of
+
+
+def export_to_stablehlo(model, args=(), kwargs=None, *, dynamic_shapes=None,
+                        platform: str = "cpu") -> StableHLOArtifact:
+    """Convert ``model`` (an ``nn.Module``, exported here, or an ``ExportedProgram``) to StableHLO.
+
+    Parameters, buffers and lifted constants become leading arguments of
+    ``@main``; the artifact keeps their values and passes them on each call.
+    """
+    if isinstance(model, ExportedProgram):
+        program = model
+    elif isinstance(model, torch.nn.Module):
+        program = torch.export.export(model, tuple(args), kwargs or {}, dynamic_shapes=dynamic_shapes)
+    else:
+        raise TypeError(f"export_to_stablehlo takes a torch.nn.Module or a torch.export.ExportedProgram, "
+                        f"got {type(model).__name__}")
+    program = decompose_unsupported(program)
+    module = GraphLowering(program.graph_module).lower(make_context())
+    text = module.operation.get_asm(enable_debug_info=True)
+    signature = signature_of(program)
+    return StableHLOArtifact(text, signature, _weights(program, signature), platform=platform)
+
+
+def decompose_unsupported(program: ExportedProgram) -> ExportedProgram:
+    """Decompose only the ops that have no lowering; raise once listing every op that has neither."""
+    missing = unsupported_targets(program.graph_module)
+    if not missing:
+        return program
+    table = torch.export.default_decompositions()
+    decomposable = {t: table[t] for t in missing if t in table}
+    if decomposable:
+        program = program.run_decompositions(decomposable)
+        missing = unsupported_targets(program.graph_module)
+    if missing:
+        raise UnsupportedOpsError({op_name(t): (len(nodes), describe(nodes[0])) for t, nodes in missing.items()})
+    return program
+
+
+def _weights(program: ExportedProgram, signature) -> dict[str, torch.Tensor]:
+    weights = {}
+    for slot in signature.weights:
+        source = program.state_dict if slot.target in program.state_dict else program.constants
+        value = source[slot.target]
+        weights[slot.target] = value.data if isinstance(value, torch.nn.Parameter) else value
+    return weights

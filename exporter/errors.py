@@ -1,0 +1,23 @@
+"""Errors raised by the exporter, each saying what was wrong and what would be right."""
+from __future__ import annotations
+
+
+class ExportError(Exception):
+    """Base class for conversion errors."""
+
+
+class UnsupportedOpsError(ExportError):
+    """Raised once per program, listing every op that has neither a lowering nor a decomposition."""
+
+    def __init__(self, unsupported: dict[str, tuple[int, str]]):
+        self.unsupported = unsupported
+        lines = [f"  {name}  (x{count}), first at {where}"
+                 for name, (count, where) in sorted(unsupported.items())]
+        super().__init__(
+            f"{len(unsupported)} op(s) in this program have no StableHLO lowering and no torch "
+            "decomposition:\n" + "\n".join(lines)
+            + "\nRewrite the model to avoid them, or register a lowering with aten_lowerings.lower().")
+
+
+class LoweringError(ExportError):
+    """A lowering rule failed on a node; names the node, the op and where it came from."""

@@ -1,0 +1,115 @@
+"""One walk over the FX graph of an ExportedProgram, emitting a StableHLO ``@main``.
+
+Graph placeholders (parameters, buffers, lifted constants, then user inputs)
+become the arguments of ``@main`` in the same order; non-tensor placeholders
+are folded in as the Python values torch.export specialised them to.
+"""
+from __future__ import annotations
+
+import operator
+from typing import Sequence
+
+import torch
+from jaxlib.mlir import ir
+from jaxlib.mlir.dialects import func
+
+import aten_lowerings  # noqa: F401  (registers every op family)
+from aten_lowerings.context import LoweringContext
+from aten_lowerings.mlir_types import tensor_type
+from aten_lowerings.registry import lowering_for, op_name
+from aten_lowerings.shape_values import SymbolicDims
+
+from .errors import LoweringError
+from .locations import LocationCache, describe
+
+def _is_tensor_meta(meta) -> bool:
+    return isinstance(meta, torch.Tensor)
+
+def _is_size_meta(meta) -> bool:
+    return isinstance(meta, torch.SymInt)
+
+class GraphLowering:
+    """Lowers the graph of one ExportedProgram into a fresh ``ir.Module``."""
+
+    def __init__(self, graph_module: torch.fx.GraphModule):
+        self.graph_module = graph_module
+        self.dims = SymbolicDims()
+        self.locations = LocationCache()
+
+    def lower(self, context: ir.Context, function_name: str = "main") -> ir.Module:
+        placeholders = [n for n in self.graph_module.graph.nodes if n.op == "placeholder"]
+        tensor_inputs = [n for n in placeholders if _is_tensor_meta(n.meta.get("val"))]
+        with context, ir.Location.unknown():
+            module = ir.Module.create()
+            with ir.InsertionPoint(module.body):
+                arg_types = [tensor_type(n.meta["val"].shape, n.meta["val"].dtype) for n in tensor_inputs]
+                function = func.FuncOp(function_name, (arg_types, []))
+                function.attributes["sym_visibility"] = ir.StringAttr.get("public")
+                block = function.add_entry_block()
+            for node, argument in zip(tensor_inputs, block.arguments):
+                self.dims.bind_input(argument, node.meta["val"].shape)
+            with ir.InsertionPoint(block):
+                inputs = [block.arguments[tensor_inputs.index(n)] if n in tensor_inputs else n.meta.get("val")
+                          for n in placeholders]
+                results = self.lower_graph(self.graph_module, inputs)
+                func.ReturnOp(results)
+            function.attributes["function_type"] = ir.TypeAttr.get(
+                ir.FunctionType.get(arg_types, [r.type for r in results]))
+        return module
+
+    def lower_graph(self, graph_module: torch.fx.GraphModule, inputs: Sequence) -> list:
+        """Lower a graph given the values of its placeholders; returns its flat outputs."""
+        env: dict[torch.fx.Node, object] = {}
+        placeholders = iter(inputs)
+        for node in graph_module.graph.nodes:
+            if node.op == "placeholder":
+                env[node] = next(placeholders)
+            elif node.op == "get_attr":
+                env[node] = getattr(graph_module, node.target)
+            elif node.op == "call_function":
+                env[node] = self._lower_call(node, env)
+            elif node.op == "output":
+                return list(torch.fx.node.map_aggregate(node.args[0], lambda a: env[a] if isinstance(a, torch.fx.Node) else a))
+            else:
+                raise LoweringError(f"unexpected FX node kind {node.op!r} ({node.format_node()})")
+        raise LoweringError("graph has no output node")
+
+    def _lower_call(self, node: torch.fx.Node, env: dict):
+        if node.target is operator.getitem:
+            source, index = node.args
+            return env[source][index]
+        meta = node.meta.get("val")
+        name = op_name(node.target)
+        with self.locations.for_node(node, name):
+            if _is_size_meta(meta):  # SymInt arithmetic: emitted from its expression
+                return self.dims.size(meta)
+            rule = lowering_for(node.target)
+            if rule is None:  # checked before the walk; only reachable for nested graphs
+                raise LoweringError(f"no lowering for {name} at {describe(node)}")
+            args = torch.fx.node.map_arg(node.args, env.__getitem__)
+            kwargs = torch.fx.node.map_arg(node.kwargs, env.__getitem__)
+            ctx = LoweringContext(node, self.dims, self.lower_graph)
+            try:
+                return rule(ctx, *args, **kwargs)
+            except LoweringError:
+                raise
+            except Exception as error:
+                raise LoweringError(
+                    f"lowering {name} failed at {describe(node)}: {type(error).__name__}: {error}\n"
+                    f"  node: {node.format_node()}") from error
+
+def unsupported_targets(graph_module: torch.fx.GraphModule) -> dict:
+    """Every call target (nested graphs included) without a lowering: target -> list of nodes."""
+    missing: dict[object, list[torch.fx.Node]] = {}
+    for node in graph_module.graph.nodes:
+        if node.op == "get_attr":
+            attr = getattr(graph_module, node.target)
+            if isinstance(attr, torch.fx.GraphModule):
+                for target, nodes in unsupported_targets(attr).items():
+                    missing.setdefault(target, []).extend(nodes)
+        if node.op != "call_function" or node.target is operator.getitem:
+            continue
+        if _is_size_meta(node.meta.get("val")) or lowering_for(node.target) is not None:
+            continue
+        missing.setdefault(node.target, []).append(node)
+    return missing

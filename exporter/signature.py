@@ -1,0 +1,130 @@
+"""The artifact's calling convention: what ``@main`` takes and returns, and the pytrees around it."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+import torch.utils._pytree as pytree
+from torch.export.graph_signature import InputKind, OutputKind
+
+from runtime.specs import TensorSpec
+
+WEIGHT_KINDS = ("parameter", "buffer", "constant")
+
+
+@dataclass(frozen=True)
+class InputSlot:
+    """One graph placeholder: a weight (``target`` = state-dict key) or a user input."""
+    kind: str                      # "parameter" | "buffer" | "constant" | "user_input"
+    target: str | None
+    tensor: TensorSpec | None      # None for a non-tensor input that export specialised
+    value: object = None           # that specialised value
+
+    def to_json(self) -> dict:
+        return {"kind": self.kind, "target": self.target, "value": self.value,
+                "tensor": self.tensor.to_json() if self.tensor else None}
+
+    @classmethod
+    def from_json(cls, data: dict) -> "InputSlot":
+        tensor = TensorSpec.from_json(data["tensor"]) if data["tensor"] else None
+        return cls(data["kind"], data["target"], tensor, data["value"])
+
+
+@dataclass(frozen=True)
+class OutputSlot:
+    kind: str                      # "user_output" | "buffer_mutation"
+    target: str | None             # the mutated buffer's state-dict key
+    tensor: TensorSpec
+
+    def to_json(self) -> dict:
+        return {"kind": self.kind, "target": self.target, "tensor": self.tensor.to_json()}
+
+    @classmethod
+    def from_json(cls, data: dict) -> "OutputSlot":
+        return cls(data["kind"], data["target"], TensorSpec.from_json(data["tensor"]))
+
+
+@dataclass
+class Signature:
+    inputs: list[InputSlot]
+    outputs: list[OutputSlot]
+    in_spec: str                   # pytree spec of (args, kwargs), as torch's treespec_dumps
+    out_spec: str
+    _trees: dict = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def weights(self) -> list[InputSlot]:
+        return [s for s in self.inputs if s.kind in WEIGHT_KINDS]
+
+    @property
+    def user_inputs(self) -> list[InputSlot]:
+        return [s for s in self.inputs if s.kind == "user_input"]
+
+    @property
+    def user_outputs(self) -> list[OutputSlot]:
+        return [s for s in self.outputs if s.kind == "user_output"]
+
+    def tree(self, which: str) -> pytree.TreeSpec:
+        if which not in self._trees:
+            self._trees[which] = pytree.treespec_loads(getattr(self, which))
+        return self._trees[which]
+
+    def to_json(self) -> dict:
+        return {"inputs": [s.to_json() for s in self.inputs],
+                "outputs": [s.to_json() for s in self.outputs],
+                "in_spec": self.in_spec, "out_spec": self.out_spec}
+
+    @classmethod
+    def from_json(cls, data: dict) -> "Signature":
+        return cls([InputSlot.from_json(s) for s in data["inputs"]],
+                   [OutputSlot.from_json(s) for s in data["outputs"]],
+                   data["in_spec"], data["out_spec"])
+
+    def __str__(self) -> str:
+        lines = ["inputs:"]
+        lines += [f"  {s.tensor.name}: {s.tensor.dtype}{list(s.tensor.shape)}" for s in self.user_inputs if s.tensor]
+        lines.append(f"weights: {len(self.weights)} tensors")
+        lines.append("outputs:")
+        lines += [f"  {s.tensor.name}: {s.tensor.dtype}{list(s.tensor.shape)}" for s in self.user_outputs]
+        return "\n".join(lines)
+
+
+_INPUT_KINDS = {InputKind.PARAMETER: "parameter", InputKind.BUFFER: "buffer",
+                InputKind.CONSTANT_TENSOR: "constant", InputKind.USER_INPUT: "user_input"}
+_OUTPUT_KINDS = {OutputKind.USER_OUTPUT: "user_output", OutputKind.BUFFER_MUTATION: "buffer_mutation"}
+
+
+def signature_of(ep: torch.export.ExportedProgram) -> Signature:
+    """Read the calling convention of an ExportedProgram (inputs in placeholder order)."""
+    placeholders = {n.name: n for n in ep.graph.nodes if n.op == "placeholder"}
+    call_signature = ep.module_call_graph[0].signature
+    inputs = []
+    for spec in ep.graph_signature.input_specs:
+        kind = _INPUT_KINDS.get(spec.kind)
+        if kind is None:
+            raise NotImplementedError(f"input kind {spec.kind} ({spec.arg}) is not supported")
+        meta = placeholders[spec.arg.name].meta.get("val")
+        # user inputs are named by torch.export after forward's parameters ("input_ids", "x_0")
+        name = spec.arg.name if kind == "user_input" else spec.target
+        tensor = TensorSpec.from_meta(name, meta) if isinstance(meta, torch.Tensor) else None
+        value = None if tensor is not None else _plain(meta)
+        inputs.append(InputSlot(kind, spec.target, tensor, value))
+    output_node = next(n for n in ep.graph.nodes if n.op == "output")
+    outputs = []
+    user_outputs = 0
+    for spec, node in zip(ep.graph_signature.output_specs, output_node.args[0]):
+        kind = _OUTPUT_KINDS.get(spec.kind)
+        meta = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+        if kind is None or not isinstance(meta, torch.Tensor):
+            raise NotImplementedError(
+                f"output {spec.arg} of kind {spec.kind} is not supported: outputs must be tensors "
+                "(return tensors, or pytrees of tensors, from forward)")
+        name = f"output_{user_outputs}" if kind == "user_output" else spec.target
+        user_outputs += kind == "user_output"
+        outputs.append(OutputSlot(kind, spec.target, TensorSpec.from_meta(name, meta)))
+    return Signature(inputs, outputs, pytree.treespec_dumps(call_signature.in_spec),
+                     pytree.treespec_dumps(call_signature.out_spec))
+
+
+def _plain(value):
+    return value if isinstance(value, (int, float, bool, str, type(None))) else repr(value)

@@ -1,0 +1,1 @@
+"""pt2e quantization as real ``!quant.uniform`` StableHLO types (see the quantization issue)."""

@@ -1,0 +1,1 @@
+"""PJRT runtime: compile and execute StableHLO (CPU by default), validate inputs."""

@@ -1,0 +1,47 @@
+"""Tensor specs shared by the signature (exporter) and input validation (runtime)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Union
+
+import torch
+
+Dim = Union[int, str]  # a static size, or the name of a symbolic dim ("s0", "2*s0")
+
+DTYPES_BY_NAME = {str(d).removeprefix("torch."): d for d in (
+    torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.bool,
+    torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8, torch.uint16,
+    torch.uint32, torch.uint64, torch.complex64, torch.complex128)}
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    name: str
+    dtype: str            # torch dtype name, e.g. "float32"
+    shape: tuple[Dim, ...]
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        return DTYPES_BY_NAME[self.dtype]
+
+    @classmethod
+    def from_meta(cls, name: str, meta: torch.Tensor) -> "TensorSpec":
+        return cls(name, dtype_name(meta.dtype), tuple(_dim(d) for d in meta.shape))
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "dtype": self.dtype, "shape": list(self.shape)}
+
+    @classmethod
+    def from_json(cls, data: dict) -> "TensorSpec":
+        return cls(data["name"], data["dtype"], tuple(data["shape"]))
+
+
+def _dim(size) -> Dim:
+    if isinstance(size, int):
+        return size
+    pinned = size.node.maybe_as_int()
+    return pinned if pinned is not None else str(size.node.expr)
