@@ -29,25 +29,34 @@ def export_to_stablehlo(model, args=(), kwargs=None, *, dynamic_shapes=None,
         raise TypeError(f"export_to_stablehlo takes a torch.nn.Module or a torch.export.ExportedProgram, "
                         f"got {type(model).__name__}")
     program = decompose_unsupported(program)
-    module = GraphLowering(program.graph_module).lower(make_context())
-    text = module.operation.get_asm(enable_debug_info=True)
     signature = signature_of(program)
+    arg_names = [slot.tensor.name for slot in signature.inputs if slot.tensor is not None]
+    module = GraphLowering(program.graph_module).lower(make_context(), arg_names)
+    text = module.operation.get_asm(enable_debug_info=True)
     return StableHLOArtifact(text, signature, _weights(program, signature), platform=platform)
 
 
 def decompose_unsupported(program: ExportedProgram) -> ExportedProgram:
-    """Decompose only the ops that have no lowering; raise once listing every op that has neither."""
+    """Functionalise in-place ops and decompose only the ops without a lowering.
+
+    ``run_decompositions`` re-traces the whole program (about 1 s for GPT-2), so
+    it runs only when the graph mutates something or has an op we cannot lower;
+    raises once, listing every op that has neither a lowering nor a decomposition.
+    """
     missing = unsupported_targets(program.graph_module)
-    if not missing:
-        return program
-    table = torch.export.default_decompositions()
+    table = torch.export.default_decompositions() if missing else {}
     decomposable = {t: table[t] for t in missing if t in table}
-    if decomposable:
+    if decomposable or _mutates(program.graph_module):
         program = program.run_decompositions(decomposable)
         missing = unsupported_targets(program.graph_module)
     if missing:
         raise UnsupportedOpsError({op_name(t): (len(nodes), describe(nodes[0])) for t, nodes in missing.items()})
     return program
+
+
+def _mutates(graph_module: torch.fx.GraphModule) -> bool:
+    return any(isinstance(n.target, torch._ops.OpOverload) and n.target._schema.is_mutable
+               for n in graph_module.graph.nodes if n.op == "call_function")
 
 
 def _weights(program: ExportedProgram, signature) -> dict[str, torch.Tensor]:

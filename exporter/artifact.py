@@ -43,7 +43,7 @@ class StableHLOArtifact:
         validate_inputs([slot.tensor for slot in slots if slot.tensor is not None], tensors)
         for slot, value in zip(slots, flat):
             if slot.tensor is None and value != slot.value:
-                raise InputError(f"input '{slot.target}' was specialised to {slot.value!r} at export; got {value!r}")
+                raise InputError(f"input '{slot.name}' was specialised to {slot.value!r} at export; got {value!r}")
         executable = self._compiled()
         device_inputs = self._weights_on_device(executable) + executable.put([to_numpy(t) for t in tensors])
         outputs = [to_torch(array) for array in executable.execute(device_inputs)]
@@ -58,6 +58,10 @@ class StableHLOArtifact:
 
     def _flatten_user_inputs(self, args, kwargs) -> list:
         in_spec = self.signature.tree("in_spec")
+        expected_positional = in_spec.child(0).num_children
+        if len(args) != expected_positional:
+            raise InputError(f"expected {expected_positional} positional input(s), got {len(args)} "
+                             f"(inputs: {', '.join(s.name for s in self.signature.user_inputs)})")
         expected_keys = list(in_spec.child(1).context) if in_spec.num_children == 2 else []
         unknown = sorted(set(kwargs) - set(expected_keys))
         missing = [k for k in expected_keys if k not in kwargs]

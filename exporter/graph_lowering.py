@@ -36,7 +36,9 @@ class GraphLowering:
         self.dims = SymbolicDims()
         self.locations = LocationCache()
 
-    def lower(self, context: ir.Context, function_name: str = "main") -> ir.Module:
+    def lower(self, context: ir.Context, arg_names: Sequence[str] | None = None,
+              function_name: str = "main") -> ir.Module:
+        """Build the module; ``arg_names`` (one per tensor placeholder) become the arguments' locations."""
         placeholders = [n for n in self.graph_module.graph.nodes if n.op == "placeholder"]
         tensor_inputs = [n for n in placeholders if _is_tensor_meta(n.meta.get("val"))]
         with context, ir.Location.unknown():
@@ -45,12 +47,13 @@ class GraphLowering:
                 arg_types = [tensor_type(n.meta["val"].shape, n.meta["val"].dtype) for n in tensor_inputs]
                 function = func.FuncOp(function_name, (arg_types, []))
                 function.attributes["sym_visibility"] = ir.StringAttr.get("public")
-                block = function.add_entry_block()
+                names = arg_names or [n.name for n in tensor_inputs]
+                block = function.add_entry_block(arg_locs=[ir.Location.name(name) for name in names])
             for node, argument in zip(tensor_inputs, block.arguments):
                 self.dims.bind_input(argument, node.meta["val"].shape)
             with ir.InsertionPoint(block):
-                inputs = [block.arguments[tensor_inputs.index(n)] if n in tensor_inputs else n.meta.get("val")
-                          for n in placeholders]
+                argument_of = dict(zip(tensor_inputs, block.arguments))
+                inputs = [argument_of[n] if n in argument_of else n.meta.get("val") for n in placeholders]
                 results = self.lower_graph(self.graph_module, inputs)
                 func.ReturnOp(results)
             function.attributes["function_type"] = ir.TypeAttr.get(

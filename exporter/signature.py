@@ -15,19 +15,20 @@ WEIGHT_KINDS = ("parameter", "buffer", "constant")
 @dataclass(frozen=True)
 class InputSlot:
     """One graph placeholder: a weight (``target`` = state-dict key) or a user input."""
+    name: str
     kind: str                      # "parameter" | "buffer" | "constant" | "user_input"
     target: str | None
     tensor: TensorSpec | None      # None for a non-tensor input that export specialised
     value: object = None           # that specialised value
 
     def to_json(self) -> dict:
-        return {"kind": self.kind, "target": self.target, "value": self.value,
+        return {"name": self.name, "kind": self.kind, "target": self.target, "value": self.value,
                 "tensor": self.tensor.to_json() if self.tensor else None}
 
     @classmethod
     def from_json(cls, data: dict) -> "InputSlot":
         tensor = TensorSpec.from_json(data["tensor"]) if data["tensor"] else None
-        return cls(data["kind"], data["target"], tensor, data["value"])
+        return cls(data["name"], data["kind"], data["target"], tensor, data["value"])
 
 
 @dataclass(frozen=True)
@@ -108,7 +109,7 @@ def signature_of(ep: torch.export.ExportedProgram) -> Signature:
         name = spec.arg.name if kind == "user_input" else spec.target
         tensor = TensorSpec.from_meta(name, meta) if isinstance(meta, torch.Tensor) else None
         value = None if tensor is not None else _plain(meta)
-        inputs.append(InputSlot(kind, spec.target, tensor, value))
+        inputs.append(InputSlot(name, kind, spec.target, tensor, value))
     output_node = next(n for n in ep.graph.nodes if n.op == "output")
     outputs = []
     user_outputs = 0
