@@ -8,7 +8,6 @@ STAMP := $(VENV)/.installed
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -c constraints.txt -e '.[dev]'
 	touch $(STAMP)
 
@@ -16,7 +15,7 @@ demo: $(STAMP)
 	$(PY) -m golden.demo
 
 test: $(STAMP)
-	$(PY) -m pytest -n auto --dist loadfile -q
+	$(PY) -m pytest -n auto -q
 
 golden: $(STAMP)
 	$(PY) -m golden.regenerate

@@ -7,7 +7,6 @@ when every dim is known and the ``dynamic_*`` op with a shape value otherwise.
 from __future__ import annotations
 
 from functools import lru_cache
-from numbers import Number
 from typing import Sequence
 
 import numpy as np
@@ -16,7 +15,7 @@ from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
 from .context import LoweringContext
-from .mlir_types import DYNAMIC, element_type, mlir_shape, tensor_type
+from .mlir_types import DYNAMIC, element_type, is_unsigned, mlir_shape, tensor_type
 
 # --------------------------------------------------------------------------
 # types
@@ -123,6 +122,11 @@ def convert(value: ir.Value, dtype: torch.dtype) -> ir.Value:
     return stablehlo.convert(with_dtype(value, dtype), value)
 
 
+def compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    """float32 for float16/bfloat16 (torch computes and accumulates those in float32 on CPU), else ``dtype``."""
+    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+
+
 # --------------------------------------------------------------------------
 # shapes
 
@@ -177,6 +181,23 @@ def normalize_dims(dims, ndim: int) -> list[int]:
     return sorted(normalize_dim(d, ndim) for d in dims)
 
 
+def iota(ctx: LoweringContext, sizes, dim: int, dtype: torch.dtype = torch.int64) -> ir.Value:
+    """0, 1, 2, ... along ``dim`` of a tensor of torch sizes (static or symbolic)."""
+    result_type = tensor_type(sizes, dtype)
+    if is_static(sizes):
+        return stablehlo.iota(result_type, dim)
+    return stablehlo.dynamic_iota(result_type, ctx.shape_value(sizes), dim)
+
+
+def compare(lhs: ir.Value, rhs: ir.Value, direction: str) -> ir.Value:
+    """``stablehlo.compare`` of two same-typed values; ``direction`` is EQ, NE, LT, LE, GT or GE."""
+    dtype = dtype_of(lhs)
+    kind = "FLOAT" if dtype.is_floating_point else \
+        "UNSIGNED" if dtype == torch.bool or is_unsigned(dtype) else "SIGNED"
+    return stablehlo.compare(lhs, rhs, stablehlo.ComparisonDirectionAttr.get(direction),
+                             compare_type=stablehlo.ComparisonTypeAttr.get(kind))
+
+
 # --------------------------------------------------------------------------
 # elementwise plumbing
 
@@ -201,4 +222,20 @@ def full_like(ctx: LoweringContext, sizes, fill, dtype: torch.dtype) -> ir.Value
     return broadcast_in_dim(ctx, constant(scalar_to_dtype(fill, dtype), dtype), sizes, [])
 
 
-__all__ = [name for name in dir() if not name.startswith("_")]
+# --------------------------------------------------------------------------
+# reductions
+
+
+def reduce(ctx: LoweringContext, value: ir.Value, dims: Sequence[int], init, op) -> ir.Value:
+    """``stablehlo.reduce`` of ``value`` over ``dims`` (removed from the result) with the binary ``op``
+    (e.g. ``stablehlo.add``) starting from the Python number ``init``."""
+    dims = sorted(dims)
+    element = value_type(value).element_type
+    shape = [d for i, d in enumerate(static_shape(value)) if i not in dims]
+    op_ = stablehlo.ReduceOp([ir.RankedTensorType.get(shape, element)], [value],
+                             [constant(init, dtype_of(value))], dims)
+    scalar = ir.RankedTensorType.get([], element)
+    block = op_.regions[0].blocks.append(scalar, scalar)
+    with ir.InsertionPoint(block):
+        stablehlo.return_([op(*block.arguments)])
+    return op_.result

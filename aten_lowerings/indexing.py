@@ -1,8 +1,268 @@
-"""Indexing: embedding, index.Tensor, index_select, gather, masked_fill, scatter, where."""
+"""Indexing: embedding, index.Tensor, index_select, gather, index_put, scatter*, masked_fill, select/slice_scatter.
+
+torch's advanced indexing becomes one ``gather`` (reads) or ``scatter`` (writes):
+the index tensors are broadcast together, wrapped, and stacked along a last
+dim; dims without an index are whole windows. ``gather``/``scatter`` along a
+dim use full coordinates (iota for every other dim).
+"""
 from __future__ import annotations
 
-import torch
+from typing import NamedTuple
 
+import torch
+from jaxlib.mlir import ir
+from jaxlib.mlir.dialects import stablehlo
+
+from .helpers import (as_tensor, broadcast_in_dim, broadcast_to, compare, convert, dtype_of, full_like, iota,
+                      is_static, normalize_dim, rank, reshape, value_type)
+from .mlir_types import tensor_type
 from .registry import lower
+from .shape_ops import index_value, slice_bounds, strided_slice, wrap_index
 
 aten = torch.ops.aten
+
+
+class _Indexing(NamedTuple):
+    """Where the index tensors go: ``indices`` is (batch..., len(dims)) int64."""
+    indices: ir.Value
+    dims: list[int]            # the operand dims that are indexed
+    window_positions: list[int]  # result position of each non-indexed operand dim
+    sizes: list                # torch sizes of the indexed result
+
+
+def _indexing(ctx, x_sizes, indexed: dict[int, tuple[ir.Value, object]]) -> _Indexing:
+    """Plan torch advanced indexing of a tensor of ``x_sizes`` by ``{dim: (index value, index meta)}``.
+
+    If the indexed dims are adjacent the broadcast index dims replace them in
+    place; otherwise they go first, as in torch.
+    """
+    for _, meta in indexed.values():
+        if meta.dtype in (torch.bool, torch.uint8):
+            raise NotImplementedError("indexing with a boolean mask has a data-dependent shape; "
+                                      "use torch.where or masked_fill instead")
+    dims = sorted(indexed)
+    batch = list(torch.broadcast_shapes(*[meta.shape for _, meta in indexed.values()]))
+    columns = []
+    for d in dims:
+        index = broadcast_to(ctx, convert(indexed[d][0], torch.int64), batch)
+        size = broadcast_in_dim(ctx, ctx.size_value(x_sizes[d]), batch, [])
+        negative = compare(index, full_like(ctx, batch, 0, torch.int64), "LT")
+        wrapped = stablehlo.select(negative, stablehlo.add(index, size), index)
+        columns.append(reshape(ctx, wrapped, [*batch, 1]))
+    indices = columns[0] if len(columns) == 1 else stablehlo.concatenate(columns, len(batch))
+
+    window = [d for d in range(len(x_sizes)) if d not in indexed]
+    first = dims[0] if dims == list(range(dims[0], dims[0] + len(dims))) else 0
+    positions = [j if j < first else j + len(batch) for j in range(len(window))]
+    sizes = [x_sizes[d] for d in window]
+    sizes[first:first] = batch
+    return _Indexing(indices, dims, positions, sizes)
+
+
+def _gather(ctx, x, x_sizes, plan: _Indexing) -> ir.Value:
+    numbers = stablehlo.GatherDimensionNumbers.get(
+        offset_dims=plan.window_positions, collapsed_slice_dims=plan.dims, operand_batching_dims=[],
+        start_indices_batching_dims=[], start_index_map=plan.dims, index_vector_dim=rank(plan.indices) - 1)
+    slice_sizes = [1 if d in plan.dims else s for d, s in enumerate(x_sizes)]
+    result_type = tensor_type(plan.sizes, dtype_of(x))
+    if is_static(slice_sizes):
+        return stablehlo.gather(x, plan.indices, numbers, [int(s) for s in slice_sizes], results=[result_type])
+    return stablehlo.dynamic_gather(x, plan.indices, ctx.shape_value(slice_sizes), numbers, results=[result_type])
+
+
+def _scatter(x, plan: _Indexing, updates, combine=None) -> ir.Value:
+    """Write ``updates`` (shaped like the indexed result) into ``x``; ``combine(old, new)`` or replace."""
+    numbers = stablehlo.ScatterDimensionNumbers.get(
+        update_window_dims=plan.window_positions, inserted_window_dims=plan.dims, input_batching_dims=[],
+        scatter_indices_batching_dims=[], scattered_dims_to_operand_dims=plan.dims,
+        index_vector_dim=rank(plan.indices) - 1)
+    op = stablehlo.ScatterOp([value_type(x)], [x], plan.indices, [convert(updates, dtype_of(x))], numbers)
+    scalar = ir.RankedTensorType.get([], value_type(x).element_type)
+    block = op.regions[0].blocks.append(scalar, scalar)
+    with ir.InsertionPoint(block):
+        old, new = block.arguments
+        stablehlo.return_([new if combine is None else combine(old, new)])
+    return op.result
+
+
+def _index_metas(ctx, position: int):
+    return [None if node is None else node.meta["val"] for node in ctx.node.args[position]]
+
+
+def _listed(indices, metas) -> dict:
+    return {d: (index, meta) for d, (index, meta) in enumerate(zip(indices, metas)) if index is not None}
+
+
+# -- reads ----------------------------------------------------------------------------
+
+
+@lower(aten.index.Tensor)
+def index(ctx, x, indices):
+    x_sizes = ctx.arg_meta(0).shape
+    return _gather(ctx, x, x_sizes, _indexing(ctx, x_sizes, _listed(indices, _index_metas(ctx, 1))))
+
+
+def _take(ctx, x, dim, index, index_meta):
+    """``x`` indexed along one dim (index_select, embedding), reshaped to the node's output."""
+    x_sizes = ctx.arg_meta(0).shape
+    plan = _indexing(ctx, x_sizes, {normalize_dim(dim, len(x_sizes)): (index, index_meta)})
+    return reshape(ctx, _gather(ctx, x, x_sizes, plan), ctx.out_shape)
+
+
+@lower(aten.index_select.default)
+def index_select(ctx, x, dim, index):
+    return _take(ctx, x, dim, index, ctx.arg_meta(2))
+
+
+@lower(aten.embedding.default)
+def embedding(ctx, weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
+    """``padding_idx`` only affects the gradient."""
+    return _take(ctx, weight, 0, indices, ctx.arg_meta(1))
+
+
+def _coordinates(ctx, dim: int, index, index_sizes) -> _Indexing:
+    """Every operand dim indexed: ``index`` along ``dim``, the position itself (iota) along the others."""
+    if not index_sizes:
+        raise NotImplementedError("gather/scatter along a dim of a 0-d tensor")
+    columns = [convert(index, torch.int64) if d == dim else iota(ctx, index_sizes, d)
+               for d in range(len(index_sizes))]
+    columns = [reshape(ctx, c, [*index_sizes, 1]) for c in columns]
+    indices = stablehlo.concatenate(columns, len(index_sizes))
+    return _Indexing(indices, list(range(len(index_sizes))), [], list(index_sizes))
+
+
+@lower(aten.gather.default)
+def gather(ctx, x, dim, index, sparse_grad=False):
+    dim = normalize_dim(dim, rank(x))
+    return _gather(ctx, x, ctx.arg_meta(0).shape, _coordinates(ctx, dim, index, ctx.arg_meta(2).shape))
+
+
+# -- writes ------------------------------------------------------------------------------
+
+
+def _put(ctx, x, indexed: dict, values, accumulate: bool) -> ir.Value:
+    plan = _indexing(ctx, ctx.arg_meta(0).shape, indexed)
+    updates = broadcast_to(ctx, convert(values, ctx.out_dtype), plan.sizes)
+    return _scatter(x, plan, updates, _accumulate(ctx.out_dtype) if accumulate else None)
+
+
+def _accumulate(dtype):
+    return stablehlo.or_ if dtype == torch.bool else stablehlo.add
+
+
+@lower(aten.index_put.default)
+def index_put(ctx, x, indices, values, accumulate=False):
+    return _put(ctx, x, _listed(indices, _index_metas(ctx, 1)), values, accumulate)
+
+
+@lower(aten.index_copy.default)
+def index_copy(ctx, x, dim, index, source):
+    return _put(ctx, x, {normalize_dim(dim, rank(x)): (index, ctx.arg_meta(2))}, source, False)
+
+
+@lower(aten.index_add.default)
+def index_add(ctx, x, dim, index, source, *, alpha=1):
+    if alpha != 1:
+        source = stablehlo.multiply(source, as_tensor(ctx, alpha, dtype_of(source), ctx.arg_meta(3).shape))
+    return _put(ctx, x, {normalize_dim(dim, rank(x)): (index, ctx.arg_meta(2))}, source, True)
+
+
+def _updates(ctx, src, index_sizes, dtype):
+    """scatter's ``src`` cut to the index's shape (it may be larger), or a number as a splat."""
+    if not isinstance(src, ir.Value):
+        return full_like(ctx, index_sizes, src, dtype)
+    r = len(index_sizes)
+    return convert(strided_slice(ctx, src, [0] * r, list(index_sizes), [1] * r, index_sizes), dtype)
+
+
+_COMBINE = {"sum": stablehlo.add, "mean": stablehlo.add, "prod": stablehlo.multiply,
+            "amax": stablehlo.maximum, "amin": stablehlo.minimum}
+
+
+def _identity(reduce: str, dtype: torch.dtype):
+    if reduce in ("sum", "mean"):
+        return 0
+    if reduce == "prod":
+        return 1
+    if dtype.is_floating_point:
+        return float("-inf") if reduce == "amax" else float("inf")
+    return torch.iinfo(dtype).min if reduce == "amax" else torch.iinfo(dtype).max
+
+
+def _scatter_along(ctx, x, dim, index, src, reduce=None, include_self=True):
+    """torch.scatter/scatter_add/scatter_reduce: ``x[..., index[i], ...] (reduce)= src[i]`` along ``dim``."""
+    dtype = ctx.out_dtype
+    index_sizes = ctx.arg_meta(2).shape
+    plan = _coordinates(ctx, normalize_dim(dim, rank(x)), index, index_sizes)
+    updates = _updates(ctx, src, index_sizes, dtype)
+    if reduce is None:
+        return _scatter(x, plan, updates)
+    if not include_self:  # scattered positions start from the reduction's identity instead of x
+        x = _scatter(x, plan, full_like(ctx, index_sizes, _identity(reduce, dtype), dtype))
+    result = _scatter(x, plan, updates, _COMBINE[reduce])
+    if reduce != "mean":
+        return result
+    counts = _scatter(full_like(ctx, ctx.out_shape, int(include_self), dtype), plan,
+                      full_like(ctx, index_sizes, 1, dtype), stablehlo.add)
+    counts = stablehlo.maximum(counts, full_like(ctx, ctx.out_shape, 1, dtype))
+    return _floor_divide(ctx, result, counts) if not dtype.is_floating_point else stablehlo.divide(result, counts)
+
+
+def _floor_divide(ctx, a, b):
+    """Integer division rounding down (torch's scatter mean on ints); ``b`` is positive."""
+    quotient = stablehlo.divide(a, b)
+    zero, one = (full_like(ctx, ctx.out_shape, n, dtype_of(a)) for n in (0, 1))
+    inexact_negative = stablehlo.and_(compare(a, zero, "LT"), compare(stablehlo.multiply(quotient, b), a, "NE"))
+    return stablehlo.select(inexact_negative, stablehlo.subtract(quotient, one), quotient)
+
+
+@lower(aten.scatter.src, aten.scatter.value)
+def scatter(ctx, x, dim, index, src):
+    return _scatter_along(ctx, x, dim, index, src)
+
+
+@lower(aten.scatter_add.default)
+def scatter_add(ctx, x, dim, index, src):
+    return _scatter_along(ctx, x, dim, index, src, "sum")
+
+
+@lower(aten.scatter_reduce.two)
+def scatter_reduce(ctx, x, dim, index, src, reduce, *, include_self=True):
+    return _scatter_along(ctx, x, dim, index, src, reduce, include_self)
+
+
+def _scatter_slices(ctx, x, src, dim: int, positions: ir.Value, count) -> ir.Value:
+    """Write ``src`` into ``x`` at the ``count`` 1-d ``positions`` along ``dim`` (src's ``dim`` runs over them)."""
+    window = [j for j in range(rank(x)) if j != dim]
+    plan = _Indexing(reshape(ctx, positions, [count, 1]), [dim], window, [])
+    return _scatter(x, plan, src)
+
+
+@lower(aten.select_scatter.default)
+def select_scatter(ctx, x, src, dim, index):
+    dim = normalize_dim(dim, rank(x))
+    index = wrap_index(ctx, index, ctx.arg_meta(0).shape[dim])
+    sizes = list(ctx.arg_meta(1).shape)
+    sizes.insert(dim, 1)
+    position = reshape(ctx, index_value(ctx, index), [1])
+    return _scatter_slices(ctx, x, reshape(ctx, src, sizes), dim, position, 1)
+
+
+@lower(aten.slice_scatter.default)
+def slice_scatter(ctx, x, src, dim=0, start=None, end=None, step=1):
+    dim = normalize_dim(dim, rank(x))
+    start, _ = slice_bounds(ctx, start, end, ctx.arg_meta(0).shape[dim])
+    length = ctx.arg_meta(1).shape[dim]
+    steps = stablehlo.multiply(iota(ctx, [length], 0), full_like(ctx, [length], step, torch.int64))
+    offset = broadcast_in_dim(ctx, index_value(ctx, start), [length], [])
+    return _scatter_slices(ctx, x, src, dim, stablehlo.add(steps, offset), length)
+
+
+# -- masks ---------------------------------------------------------------------------------
+
+
+@lower(aten.masked_fill.Scalar, aten.masked_fill.Tensor)
+def masked_fill(ctx, x, mask, value):
+    sizes, dtype = ctx.out_shape, ctx.out_dtype
+    return stablehlo.select(broadcast_to(ctx, mask, sizes), as_tensor(ctx, value, dtype, sizes),
+                            as_tensor(ctx, x, dtype, sizes))

@@ -1,8 +1,318 @@
-"""Reductions: sum, mean, amax/amin, max/min with indices, argmax/argmin, var/std, prod, any/all, cumsum, softmax, log_softmax."""
+"""Reductions: sum, mean, amax/amin, max/min with indices, argmax/argmin, var/std, prod, any/all, cumsum,
+softmax, log_softmax, logsumexp, vector norms.
+
+Values are reduced in the output's compute dtype (float32 for float16/bfloat16,
+int64 for integer sums, as torch accumulates on CPU), then converted and
+reshaped to the node's output, which also restores ``keepdim`` dims.
+"""
 from __future__ import annotations
 
-import torch
+import math
 
+import numpy as np
+import torch
+from jaxlib.mlir import ir
+from jaxlib.mlir.dialects import chlo, stablehlo
+
+from .elementwise import maximum, minimum
+from .helpers import (as_tensor, broadcast_in_dim, compare, compute_dtype, constant, convert, dtype_of, full_like,
+                      iota, normalize_dim, normalize_dims, rank, reduce, reshape, static_shape)
+from .mlir_types import DYNAMIC, tensor_type
 from .registry import lower
 
 aten = torch.ops.aten
+
+
+def _lowest(dtype: torch.dtype):
+    if dtype == torch.bool:
+        return False
+    return -math.inf if dtype.is_floating_point else torch.iinfo(dtype).min
+
+
+def _highest(dtype: torch.dtype):
+    if dtype == torch.bool:
+        return True
+    return math.inf if dtype.is_floating_point else torch.iinfo(dtype).max
+
+
+def _dims(x, dim) -> list[int]:
+    """Reduced dims: ``None`` and ``[]`` mean all of them (a 0-d tensor has none)."""
+    if rank(x) == 0:
+        return []
+    return normalize_dims(dim if dim not in (None, []) else None, rank(x))
+
+
+def _finish(ctx, value, index=None):
+    """Convert and reshape a reduced value to the node's output ``index``."""
+    meta = ctx.out_meta if index is None else ctx.out_meta[index]
+    return reshape(ctx, convert(value, meta.dtype), meta.shape)
+
+
+def _kept(ctx, dims):
+    """Torch sizes of the input without the reduced dims, and the input dims they come from."""
+    sizes = ctx.arg_meta(0).shape
+    kept = [d for d in range(len(sizes)) if d not in dims]
+    return [sizes[d] for d in kept], kept
+
+
+def _expand(ctx, reduced, dims):
+    """A value reduced over ``dims`` broadcast back to the input's sizes."""
+    return broadcast_in_dim(ctx, reduced, ctx.arg_meta(0).shape, _kept(ctx, dims)[1])
+
+
+def _count(ctx, dims, like):
+    """How many elements each reduction over ``dims`` sees, as a tensor shaped and typed like ``like``."""
+    sizes = ctx.arg_meta(0).shape
+    count = math.prod(sizes[d] for d in dims)
+    count = count if isinstance(count, int) else ctx.size_value(count)
+    return as_tensor(ctx, count, dtype_of(like), _kept(ctx, dims)[0])
+
+
+def _stored(value, dtype):
+    """``value`` rounded to ``dtype`` and back: where torch keeps an intermediate result in a (half) dtype."""
+    return convert(convert(value, dtype), dtype_of(value))
+
+
+def _sum(ctx, x, dims):
+    return reduce(ctx, convert(x, compute_dtype(ctx.out_dtype)), dims, 0, stablehlo.add)
+
+
+# -- sums and products ------------------------------------------------------------
+
+@lower(aten.sum.default, aten.sum.dim_IntList)
+def sum_(ctx, x, dim=None, keepdim=False, *, dtype=None):
+    return _finish(ctx, _sum(ctx, x, _dims(x, dim)))
+
+
+@lower(aten.mean.default, aten.mean.dim)
+def mean(ctx, x, dim=None, keepdim=False, *, dtype=None):
+    dims = _dims(x, dim)
+    total = _sum(ctx, x, dims)
+    return _finish(ctx, stablehlo.divide(total, _count(ctx, dims, total)))
+
+
+@lower(aten.prod.default, aten.prod.dim_int)
+def prod(ctx, x, dim=None, keepdim=False, *, dtype=None):
+    dims = _dims(x, dim)
+    return _finish(ctx, reduce(ctx, convert(x, compute_dtype(ctx.out_dtype)), dims, 1, stablehlo.multiply))
+
+
+def _logical(op, init):
+    def rule(ctx, x, dim=None, keepdim=False):
+        return _finish(ctx, reduce(ctx, convert(x, torch.bool), _dims(x, dim), init, op))
+
+    return rule
+
+
+lower(aten.any.default, aten.any.dim, aten.any.dims)(_logical(stablehlo.or_, False))
+lower(aten.all.default, aten.all.dim, aten.all.dims)(_logical(stablehlo.and_, True))
+
+
+# -- extrema ------------------------------------------------------------------------
+
+def _extreme(op, init):
+    def rule(ctx, x, dim=None, keepdim=False):
+        return _finish(ctx, reduce(ctx, x, _dims(x, dim), init(dtype_of(x)), op))
+
+    return rule
+
+
+lower(aten.amax.default, aten.max.default)(_extreme(maximum, _lowest))
+lower(aten.amin.default, aten.min.default)(_extreme(minimum, _highest))
+
+
+def _region(operation, scalar_types, body):
+    """Fill ``operation``'s reduction region: ``body(*scalar block arguments)`` returns the results."""
+    block = operation.regions[0].blocks.append(*scalar_types)
+    with ir.InsertionPoint(block):
+        stablehlo.return_(body(*block.arguments))
+
+
+def _arg_extreme(ctx, x, dim, direction: str):
+    """(values, int64 indices) of the max (``GT``) or min (``LT``) along ``dim``; ``dim=None`` flattens.
+
+    Like torch, NaN beats every number and ties go to the first index.
+    """
+    sizes = ctx.arg_meta(0).shape
+    if dim is None or rank(x) == 0:
+        sizes = [ctx.arg_meta(0).numel()]
+        x, dim = reshape(ctx, x, sizes), 0
+    dim = normalize_dim(dim, rank(x))
+    dtype = dtype_of(x)
+    shape = [d for i, d in enumerate(static_shape(x)) if i != dim]
+    init = (_lowest if direction == "GT" else _highest)(dtype)
+    operation = stablehlo.ReduceOp([tensor_type(shape, dtype), tensor_type(shape, torch.int64)],
+                                   [x, iota(ctx, sizes, dim)], [constant(init, dtype), constant(0, torch.int64)],
+                                   [dim])
+
+    def pick(a, a_index, b, b_index):
+        better, tie = compare(a, b, direction), compare(a, b, "EQ")
+        if dtype.is_floating_point:
+            a_nan, b_nan = compare(a, a, "NE"), compare(b, b, "NE")
+            better = stablehlo.or_(better, stablehlo.and_(a_nan, stablehlo.not_(b_nan)))
+            tie = stablehlo.or_(tie, stablehlo.and_(a_nan, b_nan))
+        first = stablehlo.or_(better, stablehlo.and_(tie, compare(a_index, b_index, "LT")))
+        return [stablehlo.select(first, a, b), stablehlo.select(first, a_index, b_index)]
+
+    scalars = [tensor_type([], dtype), tensor_type([], torch.int64)]
+    _region(operation, scalars * 2, pick)
+    return operation.results
+
+
+@lower(aten.max.dim)
+def max_dim(ctx, x, dim, keepdim=False):
+    values, indices = _arg_extreme(ctx, x, dim, "GT")
+    return _finish(ctx, values, 0), _finish(ctx, indices, 1)
+
+
+@lower(aten.min.dim)
+def min_dim(ctx, x, dim, keepdim=False):
+    values, indices = _arg_extreme(ctx, x, dim, "LT")
+    return _finish(ctx, values, 0), _finish(ctx, indices, 1)
+
+
+@lower(aten.argmax.default)
+def argmax(ctx, x, dim=None, keepdim=False):
+    return _finish(ctx, _arg_extreme(ctx, x, dim, "GT")[1])
+
+
+@lower(aten.argmin.default)
+def argmin(ctx, x, dim=None, keepdim=False):
+    return _finish(ctx, _arg_extreme(ctx, x, dim, "LT")[1])
+
+
+# -- moments ----------------------------------------------------------------------------
+
+def _moments(ctx, x, dim, correction):
+    """(variance, mean) over ``dim`` in the compute dtype; the variance divides by max(N - correction, 0)."""
+    dims = _dims(x, dim)
+    value = convert(x, compute_dtype(dtype_of(x)))
+    total = reduce(ctx, value, dims, 0, stablehlo.add)
+    count = _count(ctx, dims, total)
+    average = stablehlo.divide(total, count)
+    centered = stablehlo.subtract(value, _expand(ctx, average, dims))
+    squares = reduce(ctx, stablehlo.multiply(centered, centered), dims, 0, stablehlo.add)
+    sizes, dtype = _kept(ctx, dims)[0], dtype_of(value)
+    denominator = stablehlo.maximum(stablehlo.subtract(count, full_like(ctx, sizes, correction, dtype)),
+                                    full_like(ctx, sizes, 0, dtype))
+    return stablehlo.divide(squares, denominator), average
+
+
+def _register_moments(overloads, finish):
+    """Register the ``.correction``, ``.dim`` and ``.default`` overloads of var/std/var_mean/std_mean."""
+
+    def by_correction(ctx, x, dim=None, *, correction=None, keepdim=False):
+        return finish(ctx, *_moments(ctx, x, dim, 1 if correction is None else correction))
+
+    def by_unbiased(ctx, x, dim=None, unbiased=True, keepdim=False):
+        return finish(ctx, *_moments(ctx, x, dim, int(unbiased)))
+
+    lower(overloads.correction)(by_correction)
+    lower(overloads.dim)(by_unbiased)
+    lower(overloads.default)(lambda ctx, x, unbiased=True: by_unbiased(ctx, x, None, unbiased))
+
+
+_register_moments(aten.var, lambda ctx, var, mean: _finish(ctx, var))
+_register_moments(aten.std, lambda ctx, var, mean: _finish(ctx, stablehlo.sqrt(var)))
+_register_moments(aten.var_mean, lambda ctx, var, mean: (_finish(ctx, var, 0), _finish(ctx, mean, 1)))
+_register_moments(aten.std_mean, lambda ctx, var, mean: (_finish(ctx, stablehlo.sqrt(var), 0), _finish(ctx, mean, 1)))
+
+
+# -- scans ---------------------------------------------------------------------------------
+
+def _cumulative(op, init):
+    """Inclusive scan along ``dim`` as a ``reduce_window`` whose window spans the whole dim, padded in front."""
+
+    def rule(ctx, x, dim, *, dtype=None):
+        value = convert(x, compute_dtype(ctx.out_dtype))
+        shape = static_shape(value)
+        if not shape:
+            return convert(value, ctx.out_dtype)
+        dim = normalize_dim(dim, len(shape))
+        if shape[dim] == DYNAMIC:
+            raise NotImplementedError("cumulative reductions along a dynamic dim are not supported yet")
+        window, padding = [1] * len(shape), np.zeros((len(shape), 2), dtype=np.int64)
+        window[dim], padding[dim, 0] = shape[dim], shape[dim] - 1
+        operation = stablehlo.ReduceWindowOp(
+            [value.type], [value], [constant(init, dtype_of(value))], window,
+            padding=ir.DenseIntElementsAttr.get(padding))
+        scalar = tensor_type([], dtype_of(value))
+        _region(operation, [scalar, scalar], lambda a, b: [op(a, b)])
+        return convert(operation.result, ctx.out_dtype)
+
+    return rule
+
+
+lower(aten.cumsum.default)(_cumulative(stablehlo.add, 0))
+lower(aten.cumprod.default)(_cumulative(stablehlo.multiply, 1))
+
+
+# -- softmax family ------------------------------------------------------------------------
+
+def _shifted(ctx, x, dims):
+    """``x`` (in the compute dtype) minus its max over ``dims``, and the sum of exp over ``dims``."""
+    value = convert(x, compute_dtype(ctx.out_dtype))
+    peak = reduce(ctx, value, dims, _lowest(dtype_of(value)), maximum)
+    shifted = stablehlo.subtract(value, _expand(ctx, peak, dims))
+    return shifted, _expand(ctx, reduce(ctx, stablehlo.exponential(shifted), dims, 0, stablehlo.add), dims)
+
+
+@lower(aten.softmax.int, aten._softmax.default)
+def softmax(ctx, x, dim, *_, dtype=None):
+    """``dtype`` (softmax.int) and ``half_to_float`` (_softmax) are already in the node's output dtype."""
+    shifted, total = _shifted(ctx, x, _dims(x, dim))
+    return convert(stablehlo.divide(stablehlo.exponential(shifted), total), ctx.out_dtype)
+
+
+@lower(aten.log_softmax.int, aten._log_softmax.default)
+def log_softmax(ctx, x, dim, *_, dtype=None):
+    """Along the last dim, torch's CPU kernel keeps the sum and its log in the output dtype; so do we."""
+    shifted, total = _shifted(ctx, x, _dims(x, dim))
+    if normalize_dim(dim, max(rank(x), 1)) == rank(x) - 1:
+        total = _stored(stablehlo.log(_stored(total, ctx.out_dtype)), ctx.out_dtype)
+        return convert(stablehlo.subtract(shifted, total), ctx.out_dtype)
+    return convert(stablehlo.subtract(shifted, stablehlo.log(total)), ctx.out_dtype)
+
+
+@lower(aten._safe_softmax.default)
+def safe_softmax(ctx, x, dim, dtype=None):
+    """Softmax that gives zeros, not NaN, where every input along ``dim`` is -inf (fully masked rows)."""
+    dims = _dims(x, dim)
+    probabilities = softmax(ctx, x, dim)
+    masked = compare(x, full_like(ctx, ctx.arg_meta(0).shape, -math.inf, dtype_of(x)), "EQ")
+    fully_masked = _expand(ctx, reduce(ctx, masked, dims, True, stablehlo.and_), dims)
+    return stablehlo.select(fully_masked, full_like(ctx, ctx.out_shape, 0, ctx.out_dtype), probabilities)
+
+
+@lower(aten.logsumexp.default)
+def logsumexp(ctx, x, dim, keepdim=False):
+    """torch's composite: shift by the max (by zero where it is infinite), exp, sum, log, add the max back;
+    each step's result is stored in the output dtype, as torch's separate kernels store it."""
+    dims, dtype = _dims(x, dim), ctx.out_dtype
+    value = convert(x, compute_dtype(dtype))
+    peak = reduce(ctx, value, dims, _lowest(dtype_of(value)), maximum)
+    peak = stablehlo.select(chlo.is_inf(peak), full_like(ctx, _kept(ctx, dims)[0], 0, dtype_of(peak)), peak)
+    shifted = _stored(stablehlo.subtract(value, _expand(ctx, peak, dims)), dtype)
+    total = _stored(reduce(ctx, _stored(stablehlo.exponential(shifted), dtype), dims, 0, stablehlo.add), dtype)
+    return _finish(ctx, stablehlo.add(_stored(stablehlo.log(total), dtype), peak))
+
+
+@lower(aten.linalg_vector_norm.default)
+def vector_norm(ctx, x, ord=2, dim=None, keepdim=False, *, dtype=None):
+    dims = _dims(x, dim)
+    magnitude = stablehlo.abs(convert(x, compute_dtype(ctx.out_dtype)))
+    dtype = dtype_of(magnitude)
+    if ord in (math.inf, -math.inf):
+        extreme = maximum if ord > 0 else minimum
+        return _finish(ctx, reduce(ctx, magnitude, dims, -ord, extreme))  # init: the identity of extreme
+    if ord == 0:
+        nonzero = convert(compare(magnitude, full_like(ctx, ctx.arg_meta(0).shape, 0, dtype), "NE"), dtype)
+        return _finish(ctx, reduce(ctx, nonzero, dims, 0, stablehlo.add))
+    if ord == 1:
+        return _finish(ctx, reduce(ctx, magnitude, dims, 0, stablehlo.add))
+    if ord == 2:
+        return _finish(ctx, stablehlo.sqrt(reduce(ctx, stablehlo.multiply(magnitude, magnitude), dims, 0,
+                                                  stablehlo.add)))
+    powers = stablehlo.power(magnitude, full_like(ctx, ctx.arg_meta(0).shape, ord, dtype))
+    total = reduce(ctx, powers, dims, 0, stablehlo.add)
+    return _finish(ctx, stablehlo.power(total, as_tensor(ctx, 1.0 / ord, dtype, _kept(ctx, dims)[0])))

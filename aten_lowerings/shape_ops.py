@@ -1,8 +1,329 @@
-"""Views and shape ops: view/reshape, (un)squeeze, permute/transpose, expand, flatten, cat/stack, split/chunk, slice/select/narrow, diff, repeat, tril/triu."""
+"""Views and shape ops: view/reshape, (un)squeeze, permute/transpose, expand, flatten, cat/stack,
+split/chunk/unbind, slice/select/narrow, diff, repeat/tile, flip/roll, tril/triu.
+
+Views are copies here (StableHLO values are immutable); export has already
+functionalised every mutation through a view. Slice bounds may be Python ints,
+SymInts or 0-d i64 values: static ``slice`` is emitted when everything is
+known, ``real_dynamic_slice`` otherwise.
+"""
 from __future__ import annotations
 
 import torch
+from jaxlib.mlir import ir
+from jaxlib.mlir.dialects import stablehlo
 
+from .helpers import (DYNAMIC, broadcast_in_dim, broadcast_to, compare, constant, convert, dim_size, dtype_of,
+                      full_like, iota, normalize_dim, normalize_dims, rank, reshape, static_shape)
+from .mlir_types import tensor_type
 from .registry import lower
 
 aten = torch.ops.aten
+
+# -- index arithmetic on ints, SymInts and 0-d i64 values ----------------------------
+
+
+def _as_int(index):
+    """``index`` as a Python int when it is one (or a pinned SymInt), else None."""
+    if isinstance(index, int):
+        return index
+    if isinstance(index, torch.SymInt):
+        return index.node.maybe_as_int()
+    return None
+
+
+def index_value(ctx, index) -> ir.Value:
+    """An int, SymInt or 0-d i64 value as a 0-d i64 value."""
+    return index if isinstance(index, ir.Value) else ctx.size_value(index)
+
+
+def _size(ctx, x: ir.Value, dim: int):
+    """Size of one dim: an int when static, else a 0-d i64 value."""
+    size = static_shape(x)[dim]
+    return size if size != DYNAMIC else dim_size(ctx, x, dim)
+
+
+def _add(ctx, a, b):
+    if _as_int(a) is not None and _as_int(b) is not None:
+        return _as_int(a) + _as_int(b)
+    return stablehlo.add(index_value(ctx, a), index_value(ctx, b))
+
+
+def _vector(ctx, entries) -> ir.Value:
+    """1-d i64 tensor from ints, SymInts and 0-d i64 values."""
+    one_d = ir.RankedTensorType.get([1], ir.IntegerType.get_signless(64))
+    return stablehlo.concatenate([stablehlo.reshape(one_d, index_value(ctx, e)) for e in entries], 0)
+
+
+def wrap_index(ctx, index, size):
+    """A possibly negative index (or 0-d value) made non-negative the way torch does (``index + size``)."""
+    static_index, static_size = _as_int(index), _as_int(size)
+    if static_index is not None and static_index >= 0:
+        return static_index
+    if static_index is not None and static_size is not None:
+        return static_index + static_size
+    index, size = index_value(ctx, index), index_value(ctx, size)
+    return stablehlo.select(compare(index, constant(0, torch.int64), "LT"), stablehlo.add(index, size), index)
+
+
+def slice_bounds(ctx, start, end, size):
+    """torch's ``start:end`` on a dim of ``size``: None means the ends, negatives wrap, both clamp to [0, size]."""
+    start = wrap_index(ctx, 0 if start is None else start, size)
+    end = wrap_index(ctx, size if end is None else end, size)
+    if all(_as_int(v) is not None for v in (start, end, size)):
+        start = min(max(_as_int(start), 0), _as_int(size))
+        return start, min(max(_as_int(end), start), _as_int(size))
+    zero, size = constant(0, torch.int64), index_value(ctx, size)
+    start = stablehlo.clamp(zero, index_value(ctx, start), size)
+    return start, stablehlo.clamp(start, index_value(ctx, end), size)
+
+
+# -- slicing ------------------------------------------------------------------------
+
+
+def strided_slice(ctx, x: ir.Value, starts, limits, strides, sizes) -> ir.Value:
+    """``x[starts:limits:strides]`` with in-range bounds per dim; ``sizes`` are the result's torch sizes."""
+    static = [_as_int(v) for v in (*starts, *limits, *strides)]
+    if None not in static and DYNAMIC not in static_shape(x):
+        r = rank(x)
+        if static[:r] == [0] * r and static[r:2 * r] == static_shape(x) and static[2 * r:] == [1] * r:
+            return x
+        return stablehlo.slice(x, static[:r], static[r:2 * r], static[2 * r:])
+    return stablehlo.real_dynamic_slice(tensor_type(sizes, dtype_of(x)), x, _vector(ctx, starts),
+                                        _vector(ctx, limits), _vector(ctx, strides))
+
+
+def slice_dim(ctx, x: ir.Value, dim: int, start, limit, sizes, step: int = 1) -> ir.Value:
+    """``x[start:limit:step]`` along one dim (bounds already in range); ``sizes`` are the result's torch sizes."""
+    starts = [0] * rank(x)
+    limits = [_size(ctx, x, d) for d in range(rank(x))]
+    strides = [1] * rank(x)
+    starts[dim], limits[dim], strides[dim] = start, limit, step
+    return strided_slice(ctx, x, starts, limits, strides, sizes)
+
+
+@lower(aten.slice.Tensor)
+def slice_(ctx, x, dim=0, start=None, end=None, step=1):
+    dim = normalize_dim(dim, rank(x))
+    start, end = slice_bounds(ctx, start, end, _size(ctx, x, dim))
+    return slice_dim(ctx, x, dim, start, end, ctx.out_shape, step)
+
+
+@lower(aten.narrow.default)
+def narrow(ctx, x, dim, start, length):
+    dim = normalize_dim(dim, rank(x))
+    start = wrap_index(ctx, start, _size(ctx, x, dim))
+    return slice_dim(ctx, x, dim, start, _add(ctx, start, length), ctx.out_shape)
+
+
+@lower(aten.select.int)
+def select(ctx, x, dim, index):
+    dim = normalize_dim(dim, rank(x))
+    index = wrap_index(ctx, index, _size(ctx, x, dim))
+    sizes = list(ctx.out_shape)
+    sizes.insert(dim, 1)
+    return reshape(ctx, slice_dim(ctx, x, dim, index, _add(ctx, index, 1), sizes), ctx.out_shape)
+
+
+def _split(ctx, x, dim, lengths, sizes):
+    """Consecutive pieces of ``x`` along ``dim`` with the given lengths and result sizes."""
+    pieces, offset = [], 0
+    for length, piece_sizes in zip(lengths, sizes):
+        pieces.append(slice_dim(ctx, x, dim, offset, offset + length, piece_sizes))
+        offset = offset + length
+    return pieces
+
+
+@lower(aten.split.Tensor, aten.split_with_sizes.default, aten.chunk.default,
+       aten.tensor_split.sections, aten.tensor_split.indices)
+def split(ctx, x, _sizes_or_sections, dim=0):
+    """Every split-like op cuts consecutive pieces; their lengths are read off the node's outputs."""
+    dim = normalize_dim(dim, rank(x))
+    sizes = [meta.shape for meta in ctx.out_meta]
+    return _split(ctx, x, dim, [s[dim] for s in sizes], sizes)
+
+
+@lower(aten.unbind.int)
+def unbind(ctx, x, dim=0):
+    dim = normalize_dim(dim, rank(x))
+    out_sizes = [meta.shape for meta in ctx.out_meta]
+    piece_sizes = [[*s[:dim], 1, *s[dim:]] for s in out_sizes]
+    pieces = _split(ctx, x, dim, [1] * len(out_sizes), piece_sizes)
+    return [reshape(ctx, piece, s) for piece, s in zip(pieces, out_sizes)]
+
+
+# -- reshapes and broadcasts ------------------------------------------------------------
+
+
+@lower(aten.view.default, aten.reshape.default, aten._unsafe_view.default, aten.view_as.default,
+       aten.unsqueeze.default, aten.squeeze.default, aten.squeeze.dim, aten.squeeze.dims,
+       aten.flatten.using_ints, aten.unflatten.int)
+def view(ctx, x, *_shape_args):
+    """All of these keep the element order: a reshape to the node's output shape."""
+    return reshape(ctx, x, ctx.out_shape)
+
+
+@lower(aten.expand.default, aten.expand_as.default)
+def expand(ctx, x, *_size_args, implicit=False):
+    return broadcast_to(ctx, x, ctx.out_shape)
+
+
+def _literal(ctx, index):
+    """Positional arg ``index`` of the node with SymInt nodes read as their SymInts (not values)."""
+    return torch.fx.node.map_arg(ctx.node.args[index], lambda node: node.meta["val"])
+
+
+def _repeat(ctx, x, repeats):
+    """Broadcast into interleaved (repeat, size) dims, then merge each pair."""
+    in_sizes = [1] * (len(repeats) - rank(x)) + list(ctx.arg_meta(0).shape)
+    x = reshape(ctx, x, in_sizes)
+    interleaved = [s for pair in zip(repeats, in_sizes) for s in pair]
+    tiled = broadcast_in_dim(ctx, x, interleaved, list(range(1, len(interleaved), 2)))
+    return reshape(ctx, tiled, ctx.out_shape)
+
+
+@lower(aten.repeat.default)
+def repeat(ctx, x, _repeats):
+    return _repeat(ctx, x, list(_literal(ctx, 1)))
+
+
+@lower(aten.tile.default)
+def tile(ctx, x, _dims):
+    dims = list(_literal(ctx, 1))
+    return _repeat(ctx, x, [1] * (rank(x) - len(dims)) + dims)
+
+
+# -- permutations ------------------------------------------------------------------------
+
+
+def _dims_in_order(dims, ndim: int) -> list[int]:
+    return [normalize_dim(d, ndim) for d in ([dims] if isinstance(dims, int) else dims)]
+
+
+@lower(aten.permute.default)
+def permute(ctx, x, dims):
+    return stablehlo.transpose(x, _dims_in_order(dims, rank(x)))
+
+
+@lower(aten.transpose.int, aten.swapaxes.default, aten.swapdims.default)
+def transpose(ctx, x, dim0, dim1):
+    perm = list(range(rank(x)))
+    dim0, dim1 = normalize_dim(dim0, rank(x)), normalize_dim(dim1, rank(x))
+    perm[dim0], perm[dim1] = dim1, dim0
+    return stablehlo.transpose(x, perm)
+
+
+@lower(aten.t.default)
+def t(ctx, x):
+    return transpose(ctx, x, 0, 1) if rank(x) == 2 else x
+
+
+@lower(aten.mT.default)
+def mT(ctx, x):  # noqa: N802 (torch's name)
+    return transpose(ctx, x, -2, -1)
+
+
+@lower(aten.numpy_T.default)
+def numpy_T(ctx, x):  # noqa: N802 (torch's name)
+    return stablehlo.transpose(x, list(reversed(range(rank(x)))))
+
+
+@lower(aten.movedim.int, aten.movedim.intlist)
+def movedim(ctx, x, source, destination):
+    source, destination = _dims_in_order(source, rank(x)), _dims_in_order(destination, rank(x))
+    perm = [None] * rank(x)
+    for src, dst in zip(source, destination):
+        perm[dst] = src
+    rest = iter(d for d in range(rank(x)) if d not in source)
+    return stablehlo.transpose(x, [next(rest) if p is None else p for p in perm])
+
+
+# -- joins ------------------------------------------------------------------------------------
+
+
+def concatenate(ctx, tensors, dim: int, dtype: torch.dtype) -> ir.Value:
+    """torch.cat: operands converted to ``dtype``; legacy 1-d empty tensors are skipped as torch does."""
+    kept = [t for t in tensors if static_shape(t) != [0]] or tensors[:1]
+    kept = [convert(t, dtype) for t in kept]
+    return kept[0] if len(kept) == 1 else stablehlo.concatenate(kept, dim)
+
+
+@lower(aten.cat.default)
+def cat(ctx, tensors, dim=0):
+    dim = normalize_dim(dim, len(ctx.out_shape))
+    return concatenate(ctx, tensors, dim, ctx.out_dtype)
+
+
+@lower(aten.stack.default)
+def stack(ctx, tensors, dim=0):
+    dim = normalize_dim(dim, len(ctx.out_shape))
+    sizes = list(ctx.out_shape)
+    sizes[dim] = 1
+    return concatenate(ctx, [reshape(ctx, t, sizes) for t in tensors], dim, ctx.out_dtype)
+
+
+# -- differences, flips, rolls, triangles -----------------------------------------------------------
+
+
+@lower(aten.diff.default)
+def diff(ctx, x, n=1, dim=-1, prepend=None, append=None):
+    """``n`` rounds of ``v[1:] - v[:-1]`` along ``dim`` (``!=`` for bool) over ``cat(prepend, x, append)``."""
+    dim = normalize_dim(dim, rank(x))
+    if _as_int(ctx.out_shape[dim]) == 0:  # n >= length: torch returns an empty tensor
+        return full_like(ctx, ctx.out_shape, 0, ctx.out_dtype)
+    value = concatenate(ctx, [t for t in (prepend, x, append) if t is not None], dim, ctx.out_dtype)
+    subtract = stablehlo.xor if ctx.out_dtype == torch.bool else stablehlo.subtract
+    for remaining in range(n - 1, -1, -1):
+        sizes = list(ctx.out_shape)
+        sizes[dim] = sizes[dim] + remaining
+        length = sizes[dim] + 1
+        value = subtract(slice_dim(ctx, value, dim, 1, length, sizes), slice_dim(ctx, value, dim, 0, length - 1, sizes))
+    return value
+
+
+@lower(aten.flip.default)
+def flip(ctx, x, dims):
+    return stablehlo.reverse(x, normalize_dims(dims, rank(x)))
+
+
+def _roll_dim(ctx, x, shift: int, dim: int, sizes):
+    """Roll one dim: the window of ``cat(x, x)`` starting at ``(-shift) mod size``."""
+    size = _size(ctx, x, dim)
+    if isinstance(size, int):
+        start = -shift % size if size else 0
+        end = start + size
+    else:
+        remainder = stablehlo.remainder(index_value(ctx, -shift), size)
+        start = stablehlo.remainder(stablehlo.add(remainder, size), size)
+        end = stablehlo.add(start, size)
+    return slice_dim(ctx, stablehlo.concatenate([x, x], dim), dim, start, end, sizes)
+
+
+@lower(aten.roll.default)
+def roll(ctx, x, shifts, dims=()):
+    shifts = [shifts] if isinstance(shifts, int) else list(shifts)
+    dims = [dims] if isinstance(dims, int) else list(dims)
+    if not dims:  # roll the flattened tensor
+        flat_size = [ctx.out_meta.numel()]
+        rolled = _roll_dim(ctx, reshape(ctx, x, flat_size), shifts[0], 0, flat_size)
+        return reshape(ctx, rolled, ctx.out_shape)
+    for shift, dim in zip(shifts, dims):
+        x = _roll_dim(ctx, x, shift, normalize_dim(dim, rank(x)), ctx.out_shape)
+    return x
+
+
+def _triangle(keep: str):
+    """tril keeps ``col - row <= diagonal`` (``LE``), triu keeps ``col - row >= diagonal`` (``GE``)."""
+
+    def rule(ctx, x, diagonal=0):
+        sizes = ctx.out_shape
+        matrix = list(sizes[-2:])
+        offsets = stablehlo.subtract(iota(ctx, matrix, 1), iota(ctx, matrix, 0))
+        mask = compare(offsets, full_like(ctx, matrix, diagonal, torch.int64), keep)
+        mask = broadcast_in_dim(ctx, mask, sizes, [len(sizes) - 2, len(sizes) - 1])
+        return stablehlo.select(mask, x, full_like(ctx, sizes, 0, ctx.out_dtype))
+
+    return rule
+
+
+lower(aten.tril.default)(_triangle("LE"))
+lower(aten.triu.default)(_triangle("GE"))

@@ -14,7 +14,8 @@ from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 from torch.utils._sympy.functions import CeilDiv, FloorDiv, Max, Min, Mod, PythonMod
 
-I64 = lambda: ir.IntegerType.get_signless(64)  # noqa: E731
+def I64() -> ir.IntegerType:  # noqa: N802  (reads like the type it returns)
+    return ir.IntegerType.get_signless(64)
 
 
 def i64_scalar(value: int) -> ir.Value:

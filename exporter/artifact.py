@@ -15,6 +15,7 @@ from jaxlib.mlir.dialects import stablehlo
 from runtime import pjrt
 from runtime.dtypes import to_numpy, to_torch
 from runtime.mlir_context import make_context
+from runtime.passes import portable_artifact
 from runtime.validation import InputError, validate_inputs
 
 from .signature import Signature
@@ -81,28 +82,39 @@ class StableHLOArtifact:
         return self._executable
 
     def _weights_on_device(self, executable: pjrt.Executable) -> list:
+        """Device copies of the weights, made once; aliases (tied weights) share one copy."""
         slots = self.signature.weights
         missing = [s.target for s in slots if s.target not in self._device_weights]
         if missing:
-            placed = executable.put([to_numpy(self.weights[name]) for name in missing])
-            self._device_weights.update(zip(missing, placed))
+            canonical = _alias_map({name: self.weights[name] for name in missing})
+            unique = sorted(set(canonical.values()))
+            placed = dict(zip(unique, executable.put([to_numpy(self.weights[name]) for name in unique])))
+            self._device_weights.update({name: placed[canonical[name]] for name in missing})
         return [self._device_weights[s.target] for s in slots]
 
     # -- saving ---------------------------------------------------------------
     def save(self, path: str | os.PathLike) -> Path:
-        """Write the bundle folder atomically: a failure leaves no (half-written) bundle at ``path``."""
+        """Write the bundle folder atomically: a failure leaves no (half-written) bundle at ``path``.
+
+        An existing bundle at ``path`` is replaced; anything else there is an error.
+        Tied weights are stored once and listed as aliases in the manifest.
+        """
         path = Path(path)
+        if path.exists() and not (path / MANIFEST).is_file():
+            raise FileExistsError(f"{path} exists and is not an artifact folder; choose a new path or remove it")
         path.parent.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
         try:
             version = stablehlo.get_version_from_compatibility_requirement(
                 stablehlo.StablehloCompatibilityRequirement.WEEK_12)
-            (staging / MODULE_PORTABLE).write_bytes(
-                stablehlo.serialize_portable_artifact_str(self.stablehlo_text, version))
+            (staging / MODULE_PORTABLE).write_bytes(portable_artifact(self.stablehlo_text, version))
             (staging / MODULE_TEXT).write_text(self.stablehlo_text)
-            safetensors.torch.save_file(_unshared(self.weights), str(staging / WEIGHTS))
+            aliases = _alias_map(self.weights)
+            safetensors.torch.save_file({name: self.weights[name].detach().contiguous()
+                                         for name in set(aliases.values())}, str(staging / WEIGHTS))
             manifest = {"format_version": FORMAT_VERSION, "stablehlo_version": version,
-                        "torch_version": torch.__version__, "signature": self.signature.to_json()}
+                        "torch_version": torch.__version__, "signature": self.signature.to_json(),
+                        "weight_aliases": {name: target for name, target in aliases.items() if name != target}}
             (staging / MANIFEST).write_text(json.dumps(manifest, indent=1))
             if path.exists():
                 shutil.rmtree(path)
@@ -125,15 +137,16 @@ def load_artifact(path: str | os.PathLike, *, platform: str = "cpu") -> StableHL
         module = stablehlo.deserialize_portable_artifact(context, (path / MODULE_PORTABLE).read_bytes())
         text = module.operation.get_asm(enable_debug_info=True)
     weights = safetensors.torch.load_file(str(path / WEIGHTS))
+    weights.update({name: weights[target] for name, target in manifest.get("weight_aliases", {}).items()})
     return StableHLOArtifact(text, Signature.from_json(manifest["signature"]), weights, platform=platform)
 
 
-def _unshared(weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Contiguous tensors with no shared storage (safetensors refuses aliases, e.g. tied embeddings)."""
-    seen, result = set(), {}
+def _alias_map(weights: dict[str, torch.Tensor]) -> dict[str, str]:
+    """Map each weight name to the first name holding the same tensor view (tied weights)."""
+    first_by_view: dict[tuple, str] = {}
+    result = {}
     for name, tensor in weights.items():
-        tensor = tensor.detach().contiguous()
-        key = (tensor.untyped_storage().data_ptr(), tensor.storage_offset())
-        result[name] = tensor.clone() if key in seen else tensor
-        seen.add(key)
+        view = (tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tuple(tensor.shape),
+                tuple(tensor.stride()), tensor.dtype)
+        result[name] = first_by_view.setdefault(view, name)
     return result

@@ -1,6 +1,8 @@
 """The artifact's calling convention: what ``@main`` takes and returns, and the pytrees around it."""
 from __future__ import annotations
 
+import importlib
+import re
 from dataclasses import dataclass, field
 
 import torch
@@ -67,7 +69,7 @@ class Signature:
 
     def tree(self, which: str) -> pytree.TreeSpec:
         if which not in self._trees:
-            self._trees[which] = pytree.treespec_loads(getattr(self, which))
+            self._trees[which] = _load_treespec(getattr(self, which))
         return self._trees[which]
 
     def to_json(self) -> dict:
@@ -123,8 +125,49 @@ def signature_of(ep: torch.export.ExportedProgram) -> Signature:
         name = f"output_{user_outputs}" if kind == "user_output" else spec.target
         user_outputs += kind == "user_output"
         outputs.append(OutputSlot(kind, spec.target, TensorSpec.from_meta(name, meta)))
-    return Signature(inputs, outputs, pytree.treespec_dumps(call_signature.in_spec),
-                     pytree.treespec_dumps(call_signature.out_spec))
+    in_spec, out_spec = call_signature.in_spec, call_signature.out_spec
+    signature = Signature(inputs, outputs, pytree.treespec_dumps(_serializable(in_spec)),
+                          pytree.treespec_dumps(_serializable(out_spec)))
+    signature._trees.update(in_spec=in_spec, out_spec=out_spec)  # in this process: the exact types
+    return signature
+
+
+def _serializable(spec: pytree.TreeSpec) -> pytree.TreeSpec:
+    """The spec with tuple subclasses that torch cannot serialise (``torch.return_types.max``,
+    unregistered namedtuples) replaced by plain tuples, so a loaded artifact returns tuples there."""
+    if spec.is_leaf():
+        return spec
+    children = [_serializable(child) for child in spec.children()]
+    if not _has_serialized_name(spec) and (
+            spec.type is pytree.namedtuple or (isinstance(spec.type, type) and issubclass(spec.type, tuple))):
+        return pytree.TreeSpec(tuple, None, children)
+    return pytree.TreeSpec(spec.type, spec.context, children)
+
+
+def _has_serialized_name(spec: pytree.TreeSpec) -> bool:
+    if spec.type is pytree.namedtuple:  # registered per class, with the class as context
+        try:
+            pytree._namedtuple_serialize(spec.context)
+            return True
+        except NotImplementedError:
+            return False
+    registered = pytree.SUPPORTED_SERIALIZED_TYPES.get(spec.type)
+    return registered is not None and registered.serialized_type_name != "NO_SERIALIZED_TYPE_NAME_FOUND"
+
+
+def _load_treespec(serialized: str) -> pytree.TreeSpec:
+    """``treespec_loads``, first importing the modules that register the spec's node types.
+
+    A spec can name types such as transformers' ModelOutput classes, which torch
+    knows only once their module has been imported (e.g. in a fresh process).
+    """
+    for type_name in set(re.findall(r'"type": "([\w.]+)\.\w+"', serialized)):
+        try:
+            importlib.import_module(type_name)
+        except ImportError as error:
+            raise ImportError(f"the artifact's pytree names types from '{type_name}', which cannot be "
+                              f"imported here ({error}); install it to call this artifact") from error
+    return pytree.treespec_loads(serialized)
 
 
 def _plain(value):

@@ -1,8 +1,14 @@
 """The public API: pytrees and kwargs both ways, weights as arguments, locations, save/load."""
+import collections
 import inspect
 import re
+import subprocess
+import sys
 
+import pytest
 import torch
+from safetensors import safe_open
+from transformers import GPT2Config, GPT2LMHeadModel
 
 from exporter import export_to_stablehlo, load_artifact
 from tests.support import assert_matches_eager
@@ -108,5 +114,59 @@ def test_tied_weights_save(tmp_path):
             return self.b(self.a(x))
 
     model, x = Tied().eval(), torch.randn(2, 4)
-    loaded = load_artifact(export_to_stablehlo(model, (x,)).save(tmp_path / "tied"))
+    bundle = export_to_stablehlo(model, (x,)).save(tmp_path / "tied")
+    with safe_open(bundle / "weights.safetensors", "pt") as stored:
+        assert list(stored.keys()) == ["a.weight"], "a tied weight is stored once"
+    loaded = load_artifact(bundle)
     torch.testing.assert_close(loaded(x), model(x))
+    assert loaded.weights["b.weight"] is loaded.weights["a.weight"]
+
+
+def test_save_never_replaces_a_folder_that_is_not_an_artifact(tmp_path):
+    precious = tmp_path / "precious"
+    precious.mkdir()
+    (precious / "notes.txt").write_text("keep me")
+    with pytest.raises(FileExistsError, match="not an artifact folder"):
+        export_to_stablehlo(torch.nn.ReLU(), (torch.randn(2),)).save(precious)
+    assert (precious / "notes.txt").read_text() == "keep me"
+
+
+def test_loaded_in_a_fresh_process_returns_the_models_own_output_type(tmp_path):
+    """The out_spec names transformers' ModelOutput class; loading must not need the caller to import it."""
+    config = GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=50, n_positions=16, use_cache=False)
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(config).eval()
+    tokens = torch.randint(0, 50, (1, 5))
+    bundle = export_to_stablehlo(model, (tokens,)).save(tmp_path / "gpt2")
+    torch.save({"tokens": tokens, "logits": model(tokens).logits.detach()}, tmp_path / "io.pt")
+    script = (
+        "import sys, torch\n"
+        "from exporter import load_artifact\n"
+        f"io = torch.load({str(tmp_path / 'io.pt')!r})\n"
+        f"out = load_artifact({str(bundle)!r})(io['tokens'])\n"
+        "assert 'transformers' not in sys.modules or type(out).__name__ == 'CausalLMOutputWithCrossAttentions'\n"
+        "torch.testing.assert_close(out.logits, io['logits'])\n"
+        "print(type(out).__name__)\n")
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip() == "CausalLMOutputWithCrossAttentions"
+
+
+class MaxAndPair(torch.nn.Module):
+    """Returns torch.return_types.max and a namedtuple: types torch's pytree cannot serialise."""
+
+    Pair = collections.namedtuple("Pair", "low high")
+
+    def forward(self, x):
+        return x.max(dim=1), self.Pair(x.min(), x.amax())
+
+
+def test_unserialisable_tuple_types_round_trip_as_tuples(tmp_path):
+    model, x = MaxAndPair(), torch.randn(3, 4)
+    artifact = export_to_stablehlo(model, (x,))
+    in_process = artifact(x)
+    assert type(in_process[0]).__name__ == "max" and type(in_process[1]) is MaxAndPair.Pair
+    torch.testing.assert_close(tuple(in_process[0]), tuple(model(x)[0]))
+    loaded = load_artifact(artifact.save(tmp_path / "maxpair"))(x)
+    assert type(loaded[0]) is tuple and type(loaded[1]) is tuple
+    torch.testing.assert_close(loaded, tuple(tuple(part) for part in model(x)))

@@ -1,0 +1,58 @@
+"""``make demo``: GPT-2 (12 layers, random weights) to StableHLO and back, checked against its golden.
+
+    python -m golden.demo [--out DIR]
+
+Exports the ``gpt2_12layer`` zoo model, saves the artifact (to ``--out``, else a
+temporary folder), loads it back, runs it on jaxlib's CPU PJRT client and compares
+its logits with the stored eager golden. Exits non-zero if they do not match.
+"""
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+from . import store, zoo
+from .verify import render, verify_one
+
+DEMO_MODEL = "gpt2_12layer"
+
+
+def _size(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m golden.demo", description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, help="save the artifact to this folder, kept (default: a temporary one); "
+                                                 "an existing folder is replaced only if it holds an artifact")
+    parser.add_argument("--traceback", action="store_true", help="print the traceback of an error")
+    options = parser.parse_args(argv)
+
+    entry = zoo.get(DEMO_MODEL)
+    golden = store.load_golden(DEMO_MODEL)
+    print(f"{DEMO_MODEL}: {entry.description}")
+    print("inputs: " + ", ".join(f"{k}{list(v.shape)}" for k, v in golden.kwargs.items()))
+    print("export -> StableHLO -> save -> load -> run on the CPU PJRT client ...", flush=True)
+
+    temporary = options.out is None
+    out = Path(tempfile.mkdtemp(prefix="golden-demo-")) / DEMO_MODEL if temporary else options.out
+    try:
+        result = verify_one(DEMO_MODEL, artifact_dir=out)
+        render([result], title=f"{DEMO_MODEL}: StableHLO on PJRT vs eager torch")
+        if result.artifact_dir is not None:
+            where = " (temporary, removed on exit)" if temporary else ""
+            print(f"artifact: {result.artifact_dir}, {_size(result.artifact_dir) / 1e6:.1f} MB{where}")
+        if result.details and options.traceback:
+            print(result.details, file=sys.stderr)
+        print(f"demo: {result.status}")
+    finally:
+        if temporary:
+            shutil.rmtree(out.parent, ignore_errors=True)
+    return 0 if result.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

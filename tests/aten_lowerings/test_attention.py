@@ -1,0 +1,129 @@
+"""scaled_dot_product_attention against eager: masks, causal, scale, grouped-query, the composite wrapper."""
+import pytest
+import torch
+import torch.nn.functional as F
+from jaxlib.mlir import ir
+
+from exporter import export_to_stablehlo
+from exporter.errors import LoweringError
+from runtime.mlir_context import make_context
+from tests.support import FunctionModule, assert_matches_eager
+
+FLOAT_DTYPES = [torch.float32, torch.float16, torch.bfloat16]
+
+
+def qkv(batch, heads, length, source, head_dim=8, value_dim=None, kv_heads=None, dtype=torch.float32):
+    kv_heads = kv_heads or heads
+    return (torch.randn(*batch, heads, length, head_dim).to(dtype),
+            torch.randn(*batch, kv_heads, source, head_dim).to(dtype),
+            torch.randn(*batch, kv_heads, source, value_dim or head_dim).to(dtype))
+
+
+def attention(**options):
+    return lambda q, k, v, *mask: F.scaled_dot_product_attention(q, k, v, *mask, **options)
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+@pytest.mark.parametrize("batch, heads, length, source, value_dim", [
+    ((2,), 4, 5, 5, None),
+    ((2,), 3, 4, 7, 5),      # source longer than the query, a different value size
+    ((), 2, 3, 6, None),     # no batch dim
+    ((2, 3), 2, 4, 4, 6),    # two batch dims
+])
+def test_attention(batch, heads, length, source, value_dim, dtype):
+    assert_matches_eager(attention(), *qkv(batch, heads, length, source, value_dim=value_dim, dtype=dtype))
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+@pytest.mark.parametrize("length, source", [(5, 5), (3, 6), (6, 3)])
+def test_causal(length, source, dtype):
+    assert_matches_eager(attention(is_causal=True), *qkv((2,), 2, length, source, dtype=dtype))
+
+
+def test_explicit_scale():
+    assert_matches_eager(attention(scale=0.7), *qkv((2,), 2, 4, 5))
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+@pytest.mark.parametrize("mask_shape", [(4, 6), (2, 1, 4, 6), (2, 3, 4, 6), (1, 6)])
+def test_bool_mask(mask_shape, dtype):
+    mask = torch.rand(mask_shape) > 0.3
+    mask[..., 0] = True
+    assert_matches_eager(attention(), *qkv((2,), 3, 4, 6, dtype=dtype), mask)
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+@pytest.mark.parametrize("mask_shape", [(4, 6), (2, 1, 1, 6), (2, 3, 4, 6)])
+def test_float_mask(mask_shape, dtype):
+    assert_matches_eager(attention(), *qkv((2,), 3, 4, 6, dtype=dtype), torch.randn(mask_shape).to(dtype))
+
+
+def test_fully_masked_rows_give_zeros():
+    bool_mask = torch.ones(4, 6, dtype=torch.bool)
+    bool_mask[1] = False
+    float_mask = torch.zeros(4, 6)
+    float_mask[2] = float("-inf")
+    q, k, v = qkv((2,), 3, 4, 6)
+    assert_matches_eager(attention(), q, k, v, bool_mask)
+    assert_matches_eager(attention(), q, k, v, float_mask)
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+@pytest.mark.parametrize("options, mask", [
+    (dict(), None),
+    (dict(is_causal=True), None),
+    (dict(), (1, 1, 5, 7)),
+    (dict(), (2, 8, 5, 7)),
+])
+def test_grouped_query(options, mask, dtype):
+    args = qkv((2,), 8, 5, 7, kv_heads=2, dtype=dtype)
+    masks = [torch.rand(mask) > 0.2] if mask else []
+    assert_matches_eager(attention(enable_gqa=True, **options), *args, *masks)
+
+
+@pytest.mark.parametrize("options", [dict(), dict(is_causal=True, scale=0.5)])
+def test_flash_attention_for_cpu(options):
+    def flash(q, k, v):
+        return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default(q, k, v, **options)
+
+    assert_matches_eager(flash, *qkv((2,), 3, 4, 6))
+
+
+def test_flash_attention_for_cpu_masked_rows():
+    mask = torch.zeros(4, 6)
+    mask[1] = float("-inf")
+
+    def flash(q, k, v):
+        return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default(q, k, v, attn_mask=mask)
+
+    assert_matches_eager(flash, *qkv((2,), 3, 4, 6))
+
+
+def test_is_a_composite_with_one_decomposition_per_call():
+    def twice(q, k, v):
+        return F.scaled_dot_product_attention(F.scaled_dot_product_attention(q, k, v, scale=0.5), k, v,
+                                              is_causal=True)
+
+    text = assert_matches_eager(twice, *qkv((2,), 2, 4, 4)).stablehlo_text
+    assert text.count('stablehlo.composite "torch.aten.scaled_dot_product_attention"') == 2
+    assert "is_causal = true" in text and "scale = 5.000000e-01 : f64" in text
+    assert text.count("func.func private") == 2
+
+
+def test_dynamic_batch_and_sequence_lower_to_a_valid_module():
+    q, k, v = qkv((2,), 2, 4, 4)
+    mask = torch.rand(2, 1, 4, 4) > 0.2
+    batch, length = torch.export.Dim("batch"), torch.export.Dim("length")
+    dims = {0: batch, 2: length}
+    module = FunctionModule(attention())
+    program = torch.export.export(module, (q, k, v, mask),
+                                  dynamic_shapes=((dims, dims, dims, {0: batch, 2: length, 3: length}),))
+    text = export_to_stablehlo(program).stablehlo_text
+    assert "tensor<?x2x?x8xf32>" in text
+    with make_context():
+        assert ir.Module.parse(text).operation.verify()
+
+
+def test_dropout_is_refused():
+    with pytest.raises(LoweringError, match="random ops"):
+        export_to_stablehlo(FunctionModule(attention(dropout_p=0.5)), qkv((2,), 2, 4, 4))
