@@ -15,7 +15,7 @@ demo: $(STAMP)
 	$(PY) -m golden.demo
 
 test: $(STAMP)
-	$(PY) -m pytest -n auto -q
+	$(PY) -m pytest -n auto --dist loadscope -q
 
 golden: $(STAMP)
 	$(PY) -m golden.regenerate

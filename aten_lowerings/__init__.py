@@ -12,6 +12,7 @@ from . import (  # noqa: F401  (each import registers its rules)
     indexing,
     linalg,
     normalization,
+    quantized,
     reductions,
     shape_ops,
 )

@@ -19,7 +19,7 @@ from .registry import lower
 aten = torch.ops.aten
 
 
-def _per_dim(value, n: int) -> list[int]:
+def per_dim(value, n: int) -> list[int]:
     """An int or a list of ints (one value meaning all dims) as a list of ``n`` ints."""
     values = [value] if isinstance(value, int) else list(value)
     return values * n if len(values) == 1 else values
@@ -47,14 +47,28 @@ def _transposed_kernel(ctx, weight, groups: int):
     return reshape(ctx, swapped, [shape[1] * groups, shape[0] // groups] + shape[2:]), (0, 1)
 
 
-def _symmetric(padding, n: int) -> list[tuple[int, int]]:
-    return [(p, p) for p in _per_dim(padding, n)]
+def symmetric_padding(padding, n: int) -> list[tuple[int, int]]:
+    return [(p, p) for p in per_dim(padding, n)]
+
+
+def convolve(result_type, x, weight, padding, groups: int, kernel_dims=(0, 1), **window) -> ir.Value:
+    """``stablehlo.convolution`` of the operands as they are, NC... layouts; ``padding`` is (low, high) per
+    spatial dim, ``kernel_dims`` the kernel's (output, input) feature dims, ``window`` the strides and
+    dilations."""
+    spatial = list(range(2, rank(weight)))
+    numbers = stablehlo.ConvDimensionNumbers.get(
+        input_batch_dimension=0, input_feature_dimension=1, input_spatial_dimensions=spatial,
+        kernel_output_feature_dimension=kernel_dims[0], kernel_input_feature_dimension=kernel_dims[1],
+        kernel_spatial_dimensions=spatial,
+        output_batch_dimension=0, output_feature_dimension=1, output_spatial_dimensions=spatial)
+    return stablehlo.convolution(result_type, x, weight, numbers, groups, 1,
+                                 padding=np.asarray(padding, dtype=np.int64), **window)
 
 
 def _convolution(ctx, x, weight, bias, stride, padding, dilation, transposed, output_padding, groups):
     """``padding`` is a list of (low, high) pairs per spatial dim."""
     n = rank(weight) - 2
-    stride, dilation = _per_dim(stride, n), _per_dim(dilation, n)
+    stride, dilation = per_dim(stride, n), per_dim(dilation, n)
     out_sizes = list(ctx.out_shape)
     unbatched = rank(x) == n + 1
     if unbatched:
@@ -67,19 +81,12 @@ def _convolution(ctx, x, weight, bias, stride, padding, dilation, transposed, ou
     if transposed:
         weight, kernel_dims = _transposed_kernel(ctx, weight, groups)
         kernel = static_shape(weight)[2:]
-        extra = _per_dim(output_padding, n)
+        extra = per_dim(output_padding, n)
         padding = [(d * (k - 1) - lo, d * (k - 1) - hi + e)
                    for d, k, (lo, hi), e in zip(dilation, kernel, padding, extra)]
         options = dict(window_strides=[1] * n, lhs_dilation=stride, rhs_dilation=dilation)
-    spatial = list(range(2, n + 2))
-    numbers = stablehlo.ConvDimensionNumbers.get(
-        input_batch_dimension=0, input_feature_dimension=1, input_spatial_dimensions=spatial,
-        kernel_output_feature_dimension=kernel_dims[0], kernel_input_feature_dimension=kernel_dims[1],
-        kernel_spatial_dimensions=spatial,
-        output_batch_dimension=0, output_feature_dimension=1, output_spatial_dimensions=spatial)
     result_type = ir.RankedTensorType.get(mlir_shape(out_sizes), element_type(dtype))
-    out = stablehlo.convolution(result_type, x, weight, numbers, groups, 1,
-                                padding=np.asarray(padding, dtype=np.int64), **options)
+    out = convolve(result_type, x, weight, padding, groups, kernel_dims, **options)
     if bias is not None:
         out = stablehlo.add(out, broadcast_in_dim(ctx, convert(bias, dtype), out_sizes, [1]))
     out = convert(out, ctx.out_dtype)
@@ -88,13 +95,13 @@ def _convolution(ctx, x, weight, bias, stride, padding, dilation, transposed, ou
 
 @lower(aten.convolution.default)
 def convolution(ctx, x, weight, bias, stride, padding, dilation, transposed, output_padding, groups):
-    return _convolution(ctx, x, weight, bias, stride, _symmetric(padding, rank(weight) - 2), dilation,
+    return _convolution(ctx, x, weight, bias, stride, symmetric_padding(padding, rank(weight) - 2), dilation,
                         transposed, output_padding, groups)
 
 
 @lower(aten.conv1d.default, aten.conv2d.default, aten.conv3d.default)
 def conv(ctx, x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
-    return _convolution(ctx, x, weight, bias, stride, _symmetric(padding, rank(weight) - 2), dilation,
+    return _convolution(ctx, x, weight, bias, stride, symmetric_padding(padding, rank(weight) - 2), dilation,
                         False, 0, groups)
 
 
@@ -105,14 +112,14 @@ def conv_padding(ctx, x, weight, bias=None, stride=1, padding="valid", dilation=
     if padding == "valid":
         pads = [(0, 0)] * n
     else:
-        totals = [d * (k - 1) for d, k in zip(_per_dim(dilation, n), static_shape(weight)[2:])]
+        totals = [d * (k - 1) for d, k in zip(per_dim(dilation, n), static_shape(weight)[2:])]
         pads = [(t // 2, t - t // 2) for t in totals]
     return _convolution(ctx, x, weight, bias, stride, pads, dilation, False, 0, groups)
 
 
 @lower(aten.conv_transpose1d.default, aten.conv_transpose2d.input, aten.conv_transpose3d.input)
 def conv_transpose(ctx, x, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1):
-    return _convolution(ctx, x, weight, bias, stride, _symmetric(padding, rank(weight) - 2), dilation,
+    return _convolution(ctx, x, weight, bias, stride, symmetric_padding(padding, rank(weight) - 2), dilation,
                         True, output_padding, groups)
 
 
@@ -132,9 +139,9 @@ class _Window:
 
 def _pool_window(ctx, x, n: int, kernel, stride, padding, dilation, ceil_mode) -> _Window:
     """torch's pooling window; ceil_mode adds high padding so the windows torch counts fit."""
-    kernel = _per_dim(kernel, n)
-    stride = _per_dim(stride, n) if stride else kernel
-    padding, dilation = _per_dim(padding, n), _per_dim(dilation, n)
+    kernel = per_dim(kernel, n)
+    stride = per_dim(stride, n) if stride else kernel
+    padding, dilation = per_dim(padding, n), per_dim(dilation, n)
     high = list(padding)
     if ceil_mode:
         sizes = _spatial_static(x, n, "pooling with ceil_mode")
@@ -260,7 +267,7 @@ def _bin_matrix(in_size: int, out_size: int) -> np.ndarray:
 def _adaptive_avg_pool(ctx, x, output_size, *, n):
     """Evenly divisible sizes pool with a fixed window; otherwise each spatial dim is contracted with
     its bin-averaging matrix (each contraction moves that dim last, so the order comes out right)."""
-    sizes, outs = _spatial_static(x, n, "adaptive pooling"), _per_dim(output_size, n)
+    sizes, outs = _spatial_static(x, n, "adaptive pooling"), per_dim(output_size, n)
     if all(size % out == 0 for size, out in zip(sizes, outs)):
         kernel = [size // out for size, out in zip(sizes, outs)]
         return _avg_pool(ctx, x, kernel, kernel, n=n)

@@ -135,9 +135,12 @@ def is_static(sizes) -> bool:
     return all(isinstance(s, int) or s.node.maybe_as_int() is not None for s in sizes)
 
 
-def broadcast_in_dim(ctx: LoweringContext, value: ir.Value, sizes, dims: Sequence[int]) -> ir.Value:
-    """``broadcast_in_dim`` to torch sizes (static or symbolic); ``dims`` maps operand dims to result dims."""
-    result_type = ir.RankedTensorType.get(mlir_shape(sizes), value_type(value).element_type)
+def broadcast_in_dim(ctx: LoweringContext, value: ir.Value, sizes, dims: Sequence[int],
+                     element: ir.Type | None = None) -> ir.Value:
+    """``broadcast_in_dim`` to torch sizes (static or symbolic); ``dims`` maps operand dims to result dims.
+    ``element`` is the result's element type where it differs from the operand's (a per-axis quant type's
+    axis moves with its dim)."""
+    result_type = ir.RankedTensorType.get(mlir_shape(sizes), element or value_type(value).element_type)
     if is_static(sizes):
         if value_type(value) == result_type and list(dims) == list(range(len(dims))):
             return value

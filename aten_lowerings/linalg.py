@@ -14,15 +14,21 @@ from .registry import lower
 aten = torch.ops.aten
 
 
-def contract(lhs, rhs, lhs_batch, rhs_batch, lhs_contract, rhs_contract, out_shape, dtype):
-    """General ``dot_general`` of the operands in ``dtype``: result dims are batch dims, then lhs free
-    dims, then rhs free dims. float16/bfloat16 products accumulate into a float32 result, like torch's
-    CPU kernels; the caller rounds it."""
+def dot_general(result_type, lhs, rhs, lhs_batch, rhs_batch, lhs_contract, rhs_contract):
+    """``dot_general`` of the operands as they are: result dims are batch dims, then lhs free dims, then rhs
+    free dims."""
     numbers = stablehlo.DotDimensionNumbers.get(
         lhs_batching_dimensions=list(lhs_batch), rhs_batching_dimensions=list(rhs_batch),
         lhs_contracting_dimensions=list(lhs_contract), rhs_contracting_dimensions=list(rhs_contract))
+    return stablehlo.dot_general(result_type, lhs, rhs, numbers)
+
+
+def contract(lhs, rhs, lhs_batch, rhs_batch, lhs_contract, rhs_contract, out_shape, dtype):
+    """``dot_general`` of the operands in ``dtype``. float16/bfloat16 products accumulate into a float32
+    result, like torch's CPU kernels; the caller rounds it."""
     result_type = ir.RankedTensorType.get(list(out_shape), element_type(compute_dtype(dtype)))
-    return stablehlo.dot_general(result_type, convert(lhs, dtype), convert(rhs, dtype), numbers)
+    return dot_general(result_type, convert(lhs, dtype), convert(rhs, dtype), lhs_batch, rhs_batch,
+                       lhs_contract, rhs_contract)
 
 
 def _product(ctx, a, b, lhs_dim: int, rhs_dim: int, batch: int = 0):

@@ -5,6 +5,7 @@ import torch
 from torch.export import ExportedProgram
 
 from aten_lowerings.registry import op_name
+from quantize import lowering_graph, plain_quantized_weights, prepare_quantized
 from runtime.mlir_context import make_context
 
 from .artifact import StableHLOArtifact
@@ -14,24 +15,28 @@ from .locations import describe
 from .signature import signature_of
 
 
-def export_to_stablehlo(model, args=(), kwargs=None, *, dynamic_shapes=None,
-                        platform: str = "cpu") -> StableHLOArtifact:
+def export_to_stablehlo(model, args=(), kwargs=None, *, dynamic_shapes=None, platform: str = "cpu",
+                        quantized_ops: str = "fused") -> StableHLOArtifact:
     """Convert ``model`` (an ``nn.Module``, exported here, or an ``ExportedProgram``) to StableHLO.
 
     Parameters, buffers and lifted constants become leading arguments of
     ``@main``; the artifact keeps their values and passes them on each call.
+    Quantized programs (pt2e, torchao weight-only int8) use ``!quant.uniform`` types; ``quantized_ops``
+    is ``"fused"`` (products on quantized operands, the form serving compilers take) or ``"unfused"``
+    (every dequantize and quantize kept).
     """
     if isinstance(model, ExportedProgram):
         program = model
     elif isinstance(model, torch.nn.Module):
-        program = torch.export.export(model, tuple(args), kwargs or {}, dynamic_shapes=dynamic_shapes)
+        program = torch.export.export(plain_quantized_weights(model), tuple(args), kwargs or {},
+                                      dynamic_shapes=dynamic_shapes)
     else:
         raise TypeError(f"export_to_stablehlo takes a torch.nn.Module or a torch.export.ExportedProgram, "
                         f"got {type(model).__name__}")
-    program = decompose_unsupported(program)
+    program = decompose_unsupported(prepare_quantized(program))
     signature = signature_of(program)
     arg_names = [slot.tensor.name for slot in signature.inputs if slot.tensor is not None]
-    module = GraphLowering(program.graph_module).lower(make_context(), arg_names)
+    module = GraphLowering(lowering_graph(program, quantized_ops)).lower(make_context(), arg_names)
     text = module.operation.get_asm(enable_debug_info=True)
     return StableHLOArtifact(text, signature, _weights(program, signature), platform=platform)
 

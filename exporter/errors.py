@@ -21,3 +21,11 @@ class UnsupportedOpsError(ExportError):
 
 class LoweringError(ExportError):
     """A lowering rule failed on a node; names the node, the op and where it came from."""
+
+
+class BundleError(Exception):
+    """A bundle folder cannot be read: a file is missing, truncated or corrupt, or the manifest is invalid."""
+
+
+class BundleVersionError(BundleError):
+    """A bundle needs a StableHLO (or bundle format) version this installation cannot read."""

@@ -58,6 +58,10 @@ class GraphLowering:
                 func.ReturnOp(results)
             function.attributes["function_type"] = ir.TypeAttr.get(
                 ir.FunctionType.get(arg_types, [r.type for r in results]))
+            try:
+                module.operation.verify()
+            except ir.MLIRError as error:  # a rule emitted an invalid op: say which, not just "parse failed" later
+                raise LoweringError(f"the emitted StableHLO does not verify: {error}") from error
         return module
 
     def lower_graph(self, graph_module: torch.fx.GraphModule, inputs: Sequence) -> list:

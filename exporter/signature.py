@@ -5,11 +5,13 @@ import importlib
 import re
 from dataclasses import dataclass, field
 
+import sympy
 import torch
 import torch.utils._pytree as pytree
 from torch.export.graph_signature import InputKind, OutputKind
 
 from runtime.specs import TensorSpec
+from runtime.validation import InputError
 
 WEIGHT_KINDS = ("parameter", "buffer", "constant")
 
@@ -53,6 +55,7 @@ class Signature:
     outputs: list[OutputSlot]
     in_spec: str                   # pytree spec of (args, kwargs), as torch's treespec_dumps
     out_spec: str
+    dims: dict[str, list] = field(default_factory=dict)  # symbolic dim -> [min, max] (max None: unbounded)
     _trees: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -67,6 +70,39 @@ class Signature:
     def user_outputs(self) -> list[OutputSlot]:
         return [s for s in self.outputs if s.kind == "user_output"]
 
+    @property
+    def is_dynamic(self) -> bool:
+        """Whether any user input has a symbolic dim."""
+        return any(isinstance(d, str) for s in self.user_inputs if s.tensor for d in s.tensor.shape)
+
+    def tensor_inputs(self, args: tuple, kwargs: dict) -> list:
+        """The tensor leaves of ``(args, kwargs)`` in ``@main`` order, after checking the structure
+        and that every non-tensor input has the value export specialised it to."""
+        in_spec = self.tree("in_spec")
+        expected_positional = in_spec.child(0).num_children
+        if len(args) != expected_positional:
+            raise InputError(f"expected {expected_positional} positional input(s), got {len(args)} "
+                             f"(inputs: {', '.join(s.name for s in self.user_inputs)})")
+        expected_keys = list(in_spec.child(1).context) if in_spec.num_children == 2 else []
+        unknown = sorted(set(kwargs) - set(expected_keys))
+        missing = [k for k in expected_keys if k not in kwargs]
+        if unknown or missing:
+            raise InputError(f"keyword inputs: expected {expected_keys}"
+                             + (f"; unexpected {unknown}" if unknown else "")
+                             + (f"; missing {missing}" if missing else ""))
+        flat, spec = pytree.tree_flatten((tuple(args), {k: kwargs[k] for k in expected_keys}))
+        if spec != in_spec:
+            raise InputError(f"inputs do not have the structure the model was exported with.\n"
+                             f"  expected: {in_spec}\n  got:      {spec}")
+        for slot, value in zip(self.user_inputs, flat):
+            if slot.tensor is None and value != slot.value:
+                raise InputError(f"input '{slot.name}' was specialised to {slot.value!r} at export; got {value!r}")
+        return [value for slot, value in zip(self.user_inputs, flat) if slot.tensor is not None]
+
+    def unflatten_outputs(self, user_outputs: list):
+        """The model's output structure around the flat user outputs."""
+        return pytree.tree_unflatten(list(user_outputs), self.tree("out_spec"))
+
     def tree(self, which: str) -> pytree.TreeSpec:
         if which not in self._trees:
             self._trees[which] = _load_treespec(getattr(self, which))
@@ -75,17 +111,18 @@ class Signature:
     def to_json(self) -> dict:
         return {"inputs": [s.to_json() for s in self.inputs],
                 "outputs": [s.to_json() for s in self.outputs],
-                "in_spec": self.in_spec, "out_spec": self.out_spec}
+                "in_spec": self.in_spec, "out_spec": self.out_spec, "dims": self.dims}
 
     @classmethod
     def from_json(cls, data: dict) -> "Signature":
         return cls([InputSlot.from_json(s) for s in data["inputs"]],
                    [OutputSlot.from_json(s) for s in data["outputs"]],
-                   data["in_spec"], data["out_spec"])
+                   data["in_spec"], data["out_spec"], data["dims"])
 
     def __str__(self) -> str:
         lines = ["inputs:"]
         lines += [f"  {s.tensor.name}: {s.tensor.dtype}{list(s.tensor.shape)}" for s in self.user_inputs if s.tensor]
+        lines += [f"  {name} in [{low}, {'inf' if high is None else high}]" for name, (low, high) in self.dims.items()]
         lines.append(f"weights: {len(self.weights)} tensors")
         lines.append("outputs:")
         lines += [f"  {s.tensor.name}: {s.tensor.dtype}{list(s.tensor.shape)}" for s in self.user_outputs]
@@ -127,9 +164,18 @@ def signature_of(ep: torch.export.ExportedProgram) -> Signature:
         outputs.append(OutputSlot(kind, spec.target, TensorSpec.from_meta(name, meta)))
     in_spec, out_spec = call_signature.in_spec, call_signature.out_spec
     signature = Signature(inputs, outputs, pytree.treespec_dumps(_serializable(in_spec)),
-                          pytree.treespec_dumps(_serializable(out_spec)))
+                          pytree.treespec_dumps(_serializable(out_spec)), _dim_ranges(ep))
     signature._trees.update(in_spec=in_spec, out_spec=out_spec)  # in this process: the exact types
     return signature
+
+
+def _dim_ranges(ep: torch.export.ExportedProgram) -> dict[str, list]:
+    """Each symbolic dim's [min, max] from the program's range constraints (max None when unbounded)."""
+    def bound(value):  # torch's int_oo claims to be finite; only plain integers are bounds
+        return int(value) if isinstance(value, (int, sympy.Integer)) else None
+
+    return {str(symbol): [bound(r.lower), bound(r.upper)]
+            for symbol, r in sorted(ep.range_constraints.items(), key=lambda item: str(item[0]))}
 
 
 def _serializable(spec: pytree.TreeSpec) -> pytree.TreeSpec:

@@ -41,7 +41,8 @@ def regenerate(names: list[str] | None = None, data_dir: Path = store.DATA_DIR, 
         zoo.get(name)  # unknown names fail before anything is written
     manifest = store.read_manifest(data_dir)
     manifest.update({"format": store.FORMAT, "seed": zoo.SEED, **_versions(),
-                     "tolerance_rule": "max |actual - golden| <= tolerance * max |golden|, per output"})
+                     "tolerance_rule": "max |actual - golden| <= tolerance * max |golden|, per output; "
+                                       "<= abs_tolerance (one output quantization step) where given"})
     models = manifest.setdefault("models", {})
     for name in names:
         entry = zoo.get(name)
@@ -49,6 +50,8 @@ def regenerate(names: list[str] | None = None, data_dir: Path = store.DATA_DIR, 
         built = entry.build()
         outputs = run_eager(built)
         record = store.save_golden(name, built.args, built.kwargs, outputs, data_dir)
+        if built.abs_tolerance is not None:
+            record["abs_tolerance"] = built.abs_tolerance
         record.update({"tolerance": entry.tolerance, "tags": list(entry.tags),
                        "weights_sha256": store.weights_fingerprint(built.model), **_versions()})
         models[name] = record

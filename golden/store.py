@@ -171,29 +171,39 @@ def write_manifest(manifest: dict, data_dir: Path = DATA_DIR) -> Path:
 
 @dataclass
 class Comparison:
-    """Worst error over all outputs; ``max_rel`` is max |actual - golden| / max |golden|, per output."""
+    """Worst error over all outputs; ``max_rel`` is max |actual - golden| / max |golden|, per output.
+    ``abs_tolerance`` (quantized models) bounds ``max_abs`` instead of ``tolerance`` bounding ``max_rel``."""
     max_abs: float
     max_rel: float
     tolerance: float
     problems: list[str]
+    abs_tolerance: float | None = None
+
+    @property
+    def within_tolerance(self) -> bool:
+        if self.abs_tolerance is not None:
+            return self.max_abs <= self.abs_tolerance
+        return self.max_rel <= self.tolerance
 
     @property
     def ok(self) -> bool:
-        return not self.problems and self.max_rel <= self.tolerance
+        return not self.problems and self.within_tolerance
 
 
-def compare_outputs(outputs, golden: Golden, tolerance: float) -> Comparison:
+def compare_outputs(outputs, golden: Golden, tolerance: float, abs_tolerance: float | None = None) -> Comparison:
     """Compare a model's (unflattened) outputs with a stored golden: structure, then values."""
     flat, spec = pytree.tree_flatten(outputs)
-    comparison = compare(flat, golden.outputs, tolerance)
+    comparison = compare(flat, golden.outputs, tolerance, abs_tolerance)
     expected = golden.metadata.get("output_spec")
     if expected is not None and spec_text(spec) != expected:
         comparison.problems.insert(0, f"output structure {spec} differs from the golden's {expected}")
     return comparison
 
 
-def compare(actual: list, golden: list[torch.Tensor], tolerance: float) -> Comparison:
-    """Compare flat lists of outputs; tolerance is relative to each golden output's max |value|."""
+def compare(actual: list, golden: list[torch.Tensor], tolerance: float,
+            abs_tolerance: float | None = None) -> Comparison:
+    """Compare flat lists of outputs; tolerance is relative to each golden output's max |value|, abs_tolerance
+    (when given, instead) bounds the absolute error."""
     problems = []
     if len(actual) != len(golden):
         problems.append(f"{len(actual)} outputs, golden has {len(golden)}")
@@ -221,4 +231,4 @@ def compare(actual: list, golden: list[torch.Tensor], tolerance: float) -> Compa
         scale = float(want64[finite].abs().max()) if finite.any() else 0.0
         rel_err = abs_err / scale if scale > 0 else (0.0 if abs_err == 0 else math.inf)
         max_abs, max_rel = max(max_abs, abs_err), max(max_rel, rel_err)
-    return Comparison(max_abs, max_rel, tolerance, problems)
+    return Comparison(max_abs, max_rel, tolerance, problems, abs_tolerance)

@@ -24,6 +24,7 @@ from pathlib import Path
 import torch
 
 from exporter import export_to_stablehlo, load_artifact
+from exporter.inspection import op_histogram
 
 from . import store, zoo
 
@@ -41,6 +42,7 @@ class Result:
     run_s: float | None = None        # first call of the loaded artifact (PJRT compile + run)
     max_abs: float | None = None
     max_rel: float | None = None      # max |error| / max |golden|, worst output
+    abs_tolerance: float | None = None  # quantized models: bound on max_abs (one output quantization step)
     stage: str | None = None          # where an ERROR happened
     error: str | None = None          # its message (or what made a FAIL)
     details: str | None = None        # traceback of an ERROR
@@ -54,8 +56,10 @@ class Result:
         """One paragraph, e.g. for an assertion message."""
         if self.status == ERROR:
             return f"{self.name}: ERROR while {self.stage}: {self.error}"
+        bound = (f"tolerance {self.abs_tolerance:.3e} absolute, one output quantization step"
+                 if self.abs_tolerance is not None else f"tolerance {self.tolerance:.0e} of the output scale")
         text = (f"{self.name}: {self.status}: max abs error {self.max_abs:.3e}, max rel error "
-                f"{self.max_rel:.3e} (tolerance {self.tolerance:.0e} of the output scale)")
+                f"{self.max_rel:.3e} ({bound})")
         return text + (f"; {self.error}" if self.error else "")
 
 
@@ -64,22 +68,7 @@ _OP_NAME = re.compile(r"^(stablehlo|chlo)\.")
 
 def count_ops(stablehlo_text: str) -> int:
     """StableHLO (and CHLO) operations in the module, including those nested in regions (e.g. reduce bodies)."""
-    from jaxlib.mlir import ir
-
-    from runtime.mlir_context import make_context
-
-    count = 0
-
-    def visit(op):
-        nonlocal count
-        if _OP_NAME.match(op.name):
-            count += 1
-        return ir.WalkResult.ADVANCE
-
-    with make_context() as context:
-        module = ir.Module.parse(stablehlo_text, context)
-        module.operation.walk(visit)
-    return count
+    return sum(count for name, count in op_histogram(stablehlo_text).items() if _OP_NAME.match(name))
 
 
 def verify_one(name: str, *, artifact_dir: str | Path | None = None, built: zoo.Built | None = None) -> Result:
@@ -99,6 +88,7 @@ def verify_one(name: str, *, artifact_dir: str | Path | None = None, built: zoo.
         golden = store.load_golden(name)
         stage = "building the model"
         built = built or entry.build()
+        result.abs_tolerance = built.abs_tolerance
         stage = "running torch.export"
         start = time.perf_counter()
         program = torch.export.export(built.model, tuple(golden.args), dict(golden.kwargs))
@@ -118,7 +108,7 @@ def verify_one(name: str, *, artifact_dir: str | Path | None = None, built: zoo.
         outputs = loaded(*golden.args, **golden.kwargs)
         result.run_s = time.perf_counter() - start
         stage = "comparing"
-        comparison = store.compare_outputs(outputs, golden, entry.tolerance)
+        comparison = store.compare_outputs(outputs, golden, entry.tolerance, built.abs_tolerance)
         result.max_abs, result.max_rel = comparison.max_abs, comparison.max_rel
         result.status = PASS if comparison.ok else FAIL
         if comparison.problems:
@@ -161,9 +151,16 @@ def _sci(value: float | None) -> str:
     return "inf" if math.isinf(value) else f"{value:.2e}"
 
 
+def _tolerance(result: Result) -> str:
+    """The relative tolerance, or the absolute one (quantized models) marked 'abs'."""
+    if result.abs_tolerance is not None:
+        return f"{result.abs_tolerance:.1e} abs"
+    return f"{result.tolerance:.0e}"
+
+
 def rows(results: list[Result]) -> list[tuple[str, ...]]:
     return [(r.name, "-" if r.op_count is None else str(r.op_count), _seconds(r.export_s), _seconds(r.convert_s),
-             _seconds(r.run_s), _sci(r.max_abs), _sci(r.max_rel), f"{r.tolerance:.0e}", r.status)
+             _seconds(r.run_s), _sci(r.max_abs), _sci(r.max_rel), _tolerance(r), r.status)
             for r in results]
 
 

@@ -25,10 +25,15 @@ F32_TOLERANCE = 1e-4
 
 @dataclass
 class Built:
-    """A model ready to run (eval mode) and the inputs it is called with: ``model(*args, **kwargs)``."""
+    """A model ready to run (eval mode) and the inputs it is called with: ``model(*args, **kwargs)``.
+
+    ``abs_tolerance``, set by quantized entries, is the largest absolute error allowed (one output
+    quantization step); it replaces the entry's relative ``tolerance``.
+    """
     model: nn.Module
     args: tuple = ()
     kwargs: dict = field(default_factory=dict)
+    abs_tolerance: float | None = None
 
 
 @dataclass(frozen=True)
@@ -239,3 +244,6 @@ def _vit() -> Built:
     model = _seeded(lambda: ViTModel(config))
     pixel_values = torch.randn(2, 3, 32, 32, generator=_generator())
     return Built(model, (pixel_values,))  # positional: the args path for a transformers model
+
+
+from . import quantized  # noqa: E402,F401  (registers the quantized entries)

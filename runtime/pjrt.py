@@ -14,6 +14,8 @@ import jax
 import numpy as np
 from jax.extend.backend import get_backend
 
+from .passes import prepare_for_xla
+
 _COMPILED: dict[tuple[str, str], object] = {}
 _COMPILE_LOCK = threading.Lock()
 
@@ -32,7 +34,8 @@ def fingerprint(mlir_text: str) -> str:
 
 
 class Executable:
-    """A StableHLO module compiled once per (module fingerprint, platform)."""
+    """A StableHLO module compiled once per (module fingerprint, platform); quant types are legalized to
+    integer math for XLA on a copy (the fingerprint is the original text's)."""
 
     def __init__(self, mlir_text: str, platform: str = "cpu"):
         self.platform = platform
@@ -41,7 +44,7 @@ class Executable:
         key = (fingerprint(mlir_text), platform)
         with _COMPILE_LOCK:
             if key not in _COMPILED:
-                _COMPILED[key] = self.client.compile_and_load(mlir_text, [self.device])
+                _COMPILED[key] = self.client.compile_and_load(prepare_for_xla(mlir_text), [self.device])
         self._loaded = _COMPILED[key]
 
     def put(self, arrays: Sequence[np.ndarray]) -> list:

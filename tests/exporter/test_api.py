@@ -11,6 +11,7 @@ from safetensors import safe_open
 from transformers import GPT2Config, GPT2LMHeadModel
 
 from exporter import export_to_stablehlo, load_artifact
+from tests.exporter.models import Counter
 from tests.support import assert_matches_eager
 
 
@@ -79,18 +80,6 @@ def test_save_load_round_trip_keeps_structure(tmp_path):
     torch.testing.assert_close(loaded(pair, scale=scale), model(pair, scale=scale))
     assert "proj/aten.linear.default" in loaded.stablehlo_text
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")], "no staging folder left behind"
-
-
-class Counter(torch.nn.Module):
-    """Mutates a buffer in forward: the artifact must carry the new state to the next call."""
-
-    def __init__(self):
-        super().__init__()
-        self.register_buffer("total", torch.zeros(3))
-
-    def forward(self, x):
-        self.total.add_(x)
-        return self.total * 2
 
 
 def test_buffer_mutation_carries_state_between_calls():

@@ -1,0 +1,74 @@
+"""What a module or a bundle holds: op histogram, signature, versions, weight sizes."""
+from __future__ import annotations
+
+import os
+from collections import Counter
+from pathlib import Path
+
+from jaxlib.mlir import ir
+
+from runtime.mlir_context import make_context
+
+from . import bundle
+from .signature import Signature
+
+VERSION_KEYS = ("format_version", "stablehlo_version", "stablehlo_target", "producer", "producer_version",
+                "torch_version", "jaxlib_version")
+
+
+def op_histogram(mlir_text: str) -> Counter:
+    """How many times each operation occurs in the module, nested regions included (the module itself not)."""
+    counts: Counter = Counter()
+
+    def visit(op):
+        counts[op.name] += 1
+        return ir.WalkResult.ADVANCE
+
+    with make_context() as context:
+        ir.Module.parse(mlir_text, context).operation.walk(visit)
+    del counts["builtin.module"]
+    return counts
+
+
+def bundle_report(path: str | os.PathLike, top: int = 10) -> dict:
+    """Versions, signature, op histogram and weight sizes of a bundle (its weights are not read)."""
+    path = Path(path)
+    manifest = bundle.load_manifest(path)
+    histogram = op_histogram(bundle.load_module_text(path, manifest))
+    weights = manifest["weights"]
+    largest = sorted(weights, key=lambda name: weights[name]["bytes"], reverse=True)[:top]
+    return {
+        "path": str(path),
+        "versions": {key: manifest.get(key) for key in VERSION_KEYS},
+        "signature": manifest["signature"],
+        "ops": dict(histogram.most_common()),
+        "weights": {"count": len(weights), "aliases": len(manifest["weight_aliases"]),
+                    "bytes": sum(record["bytes"] for record in weights.values()),
+                    "largest": [{"name": name, **weights[name]} for name in largest]},
+        "files": manifest["files"],
+    }
+
+
+def format_report(report: dict) -> str:
+    lines = [f"bundle {report['path']}", "versions:"]
+    lines += [f"  {key}: {value}" for key, value in report["versions"].items()]
+    lines += str(Signature.from_json(report["signature"])).splitlines()
+    ops = report["ops"]
+    lines.append(f"ops: {sum(ops.values())} ({len(ops)} kinds)")
+    lines += [f"  {count:6d}  {name}" for name, count in ops.items()]
+    weights = report["weights"]
+    lines.append(f"weights: {weights['count']} stored ({weights['aliases']} aliases), {human_size(weights['bytes'])}")
+    lines += [f"  {human_size(w['bytes']):>10}  {w['name']}  {w['dtype']}{w['shape']}" for w in weights["largest"]]
+    lines.append("files:")
+    lines += [f"  {human_size(record['bytes']):>10}  {name}" for name, record in report["files"].items()]
+    return "\n".join(lines)
+
+
+def human_size(count: int) -> str:
+    """``512 B``, ``1.5 MB``, ``2.1 GB`` (powers of 1000)."""
+    value, unit = float(count), "B"
+    for bigger in ("KB", "MB", "GB", "TB"):
+        if value < 1000:
+            break
+        value, unit = value / 1000, bigger
+    return f"{count} B" if unit == "B" else f"{value:.1f} {unit}"

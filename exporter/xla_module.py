@@ -1,0 +1,31 @@
+"""The module handed to XLA outside our runtime (TF's XlaCallModule, ``jax.export``).
+
+Both take ``@main`` as it is: one public function, weights first, no platform
+index argument, no tokens. That is calling convention 9 (``jax.export`` reads
+9 and 10, TensorFlow 2.21's XlaCallModule up to 10; 10 only adds Shardy shardings,
+which a single-device module does not use).
+"""
+from __future__ import annotations
+
+from jaxlib.mlir import ir
+
+from runtime.mlir_context import make_context
+from runtime.passes import portable_artifact, prepare_for_xla
+
+from .signature import Signature
+from .versions import resolve_target_version
+
+CALLING_CONVENTION_VERSION = 9
+# tells XlaCallModule (and jax) to refine the module's symbolic shapes from the actual inputs
+SHAPE_POLYMORPHISM_ATTR = "jax.uses_shape_polymorphism"
+
+
+def xla_module_bytes(stablehlo_text: str, signature: Signature, target_version: str) -> bytes:
+    """A portable artifact of the module as XLA compiles it, marked for shape refinement if it has symbolic dims."""
+    text = prepare_for_xla(stablehlo_text)
+    if signature.is_dynamic:
+        with make_context():
+            module = ir.Module.parse(text)
+            module.operation.attributes[SHAPE_POLYMORPHISM_ATTR] = ir.BoolAttr.get(True)
+            text = module.operation.get_asm(enable_debug_info=True)
+    return portable_artifact(text, resolve_target_version(target_version))

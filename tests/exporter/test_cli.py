@@ -1,0 +1,210 @@
+"""The command line: end to end through subprocesses (export -> run / verify / inspect, a failure), and the
+details in-process (help, coverage, dynamic dims, .pt2 input, errors)."""
+import importlib
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from exporter import load_artifact
+from exporter.bundle import load_manifest
+from exporter.cli import main, parse_dynamic, parse_size
+from golden import store
+from tests.exporter.models import tiny_example
+
+CLI = Path(sys.executable).with_name("torch-stablehlo")
+COMMANDS = ("export", "run", "verify", "inspect", "coverage")
+FACTORY = '''
+import torch
+
+
+class TwoInputs(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(8, 4)
+
+    def forward(self, x, *, bias):
+        return {"y": torch.relu(self.fc(x)) + bias, "norm": x.norm(dim=1)}
+
+
+def build():
+    torch.manual_seed(0)
+    return TwoInputs().eval(), (torch.randn(3, 8),), {"bias": torch.randn(4)}
+'''
+
+
+def _cli(*args, cwd, module=False):
+    command = [sys.executable, "-m", "exporter"] if module else [CLI]
+    result = subprocess.run([*command, *map(str, args)], cwd=cwd, capture_output=True, text=True, timeout=300)
+    return result
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    """``torch-stablehlo export`` of a factory in the working folder to a sharded bundle and a SavedModel."""
+    folder = tmp_path_factory.mktemp("cli")
+    (folder / "cli_factory.py").write_text(FACTORY)
+    result = _cli("export", "cli_factory:build", "--bundle", "bundle", "--saved-model", "served",
+                  "--shard-size", "100B", cwd=folder)
+    assert result.returncode == 0, result.stderr[-3000:]
+    sys.path.insert(0, str(folder))
+    try:
+        model, args, kwargs = importlib.import_module("cli_factory").build()
+    finally:
+        sys.path.remove(str(folder))
+    with torch.no_grad():
+        expected = model(*args, **kwargs)
+    return folder, result.stdout, args, kwargs, expected
+
+
+def test_export_writes_a_sharded_bundle_and_a_saved_model(exported):
+    folder, stdout, args, kwargs, expected = exported
+    assert "bundle: bundle (" in stdout and "saved model: served (" in stdout and "x: float32[3, 8]" in stdout
+    assert len(list((folder / "bundle").glob("weights-*-of-00002.safetensors"))) == 2
+    assert (folder / "served" / "saved_model.pb").is_file()
+    torch.testing.assert_close(load_artifact(folder / "bundle")(*args, **kwargs), expected)
+
+
+def test_run_reads_and_writes_npz(exported):
+    folder, _, args, kwargs, expected = exported
+    np.savez(folder / "inputs.npz", x=args[0].numpy(), bias=kwargs["bias"].numpy())
+    result = _cli("run", "bundle", "--inputs", "inputs.npz", "--output", "outputs.npz", cwd=folder, module=True)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "output_0: float32[3, 4]" in result.stdout
+    with np.load(folder / "outputs.npz") as outputs:
+        assert sorted(outputs.files) == ["output_0", "output_1"]
+        np.testing.assert_allclose(outputs["output_0"], expected["y"].numpy(), rtol=1e-6, atol=1e-6)
+        np.testing.assert_allclose(outputs["output_1"], expected["norm"].numpy(), rtol=1e-6, atol=1e-6)
+
+
+def test_verify_against_a_golden(exported):
+    folder, _, args, kwargs, expected = exported
+    store.save_golden("two_inputs", args, kwargs, expected, data_dir=folder / "golden")
+    result = _cli("verify", "bundle", "--golden", folder / "golden" / "two_inputs.safetensors", cwd=folder)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.startswith("PASS: bundle vs golden two_inputs: max abs error ")
+
+
+def test_verify_fails_when_outputs_differ(exported, capsys):
+    folder, _, args, kwargs, expected = exported
+    wrong = {"y": expected["y"] + 1, "norm": expected["norm"]}
+    store.save_golden("wrong", args, kwargs, wrong, data_dir=folder / "golden")
+    assert main(["verify", str(folder / "bundle"), "--golden", str(folder / "golden" / "wrong.safetensors")]) == 1
+    captured = capsys.readouterr()
+    assert captured.out.startswith("FAIL: ") and "outputs differ from golden wrong" in captured.err
+
+
+def test_inspect_reports_signature_ops_versions_and_weights(exported):
+    folder = exported[0]
+    result = _cli("inspect", "bundle", "--json", cwd=folder)
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(result.stdout)
+    assert report["versions"]["stablehlo_version"] == load_manifest(folder / "bundle")["stablehlo_version"]
+    assert [s["name"] for s in report["signature"]["inputs"]] == ["fc.weight", "fc.bias", "x", "bias"]
+    assert report["ops"]["stablehlo.dot_general"] == 1 and report["ops"]["func.func"] == 1
+    assert report["weights"]["bytes"] == (8 * 4 + 4) * 4
+    assert report["weights"]["largest"][0] == {"name": "fc.weight", "file": "weights-00001-of-00002.safetensors",
+                                               "dtype": "float32", "shape": [4, 8], "bytes": 128}
+
+
+
+def test_inspect_as_text(exported, capsys):
+    assert main(["inspect", str(exported[0] / "bundle")]) == 0
+    text = capsys.readouterr().out
+    assert "stablehlo_version: " in text and "x: float32[3, 8]" in text and "128 B  fc.weight" in text
+
+
+def test_a_failure_is_one_line_and_a_non_zero_exit(tmp_path):
+    result = _cli("run", tmp_path / "missing", "--inputs", "x.npz", "--output", "y.npz", cwd=tmp_path)
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"torch-stablehlo run: error: BundleError: {tmp_path / 'missing'}: no such bundle folder")
+
+
+# -- in-process ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_help(command, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main([command, "--help"])
+    assert exit_info.value.code == 0
+    assert capsys.readouterr().out.startswith(f"usage: torch-stablehlo {command} ")
+
+
+def test_export_with_dynamic_dims(tmp_path, capsys):
+    assert main(["export", "tests.exporter.models:tiny_example", "--bundle", str(tmp_path / "b"),
+                 "--dynamic", "x:0=batch[2,64]"]) == 0, capsys.readouterr().err
+    signature = load_manifest(tmp_path / "b")["signature"]
+    (symbol, bounds), = signature["dims"].items()
+    assert bounds == [2, 64] and signature["inputs"][-1]["tensor"]["shape"] == [symbol, 8]
+    assert f"{symbol} in [2, 64]" in capsys.readouterr().out
+
+
+def test_export_from_a_saved_exported_program(tmp_path):
+    model, args = tiny_example()
+    torch.export.save(torch.export.export(model, args), tmp_path / "tiny.pt2")
+    assert main(["export", str(tmp_path / "tiny.pt2"), "--bundle", str(tmp_path / "b"), "--no-text",
+                 "--target-version", "minimum"]) == 0
+    assert not (tmp_path / "b" / "module.mlir").exists()
+    torch.testing.assert_close(load_artifact(tmp_path / "b")(*args), model(*args))
+
+
+@pytest.mark.parametrize("argv, reason", [
+    (["export", "tests.exporter.models:tiny_example"], "nothing to write: give --bundle DIR and/or --saved-model"),
+    (["export", "no_such_module:build", "--bundle", "b"], "ModuleNotFoundError: No module named 'no_such_module'"),
+    (["export", "tests.exporter.models:Counter", "--bundle", "b"], "returned a Counter; expected (model, args)"),
+    (["export", "x.pt2", "--bundle", "b"], "FileNotFoundError: x.pt2: no such file"),
+    (["export", "tests.exporter.models:tiny_example", "--bundle", "b", "--dynamic", "x=batch"],
+     "--dynamic 'x=batch': expected ARG:DIM=NAME"),
+    (["export", "tests.exporter.models:tiny_example", "--bundle", "b", "--target-version", "9.9.9"],
+     "StableHLO target version 9.9.9 is outside"),
+])
+def test_errors_are_one_line(argv, reason, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(Path(__file__).parents[2]))  # the tests package, from the temporary folder
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and reason in err, err
+    assert not (tmp_path / "b").exists()
+
+
+def test_traceback_on_request(capsys):
+    assert main(["inspect", "nowhere", "--traceback"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("Traceback") and err.strip().splitlines()[-1].startswith("torch-stablehlo inspect: error:")
+
+
+def test_coverage_writes_the_report(tmp_path, capsys):
+    assert main(["coverage", "--out", str(tmp_path)]) == 0
+    assert capsys.readouterr().out.splitlines() == [f"wrote {tmp_path / 'coverage.md'}",
+                                                    f"wrote {tmp_path / 'coverage.json'}"]
+    report = json.loads((tmp_path / "coverage.json").read_text())
+    summary = report["summary"]
+    assert summary["core_ops"] == len(report["ops"]) > 150
+    assert summary["lowered"] == sum(row["lowering"] for row in report["ops"]) > 100
+    assert {"op": "aten.addmm.default", "lowering": True} in report["ops"]
+    markdown = (tmp_path / "coverage.md").read_text()
+    assert f"{summary['lowered']} of {summary['core_ops']} core ATen overloads" in markdown
+    assert "| `aten.addmm.default` | yes |" in markdown
+
+
+def test_parse_dynamic_shares_dims_by_name():
+    shapes = parse_dynamic(["x:0=batch[1,64]", "y:0=batch[1,64]", "y:1=seq[,512]", "z:2=free"])
+    assert shapes["x"][0] is shapes["y"][0]
+    assert (shapes["x"][0].min, shapes["x"][0].max) == (1, 64)
+    assert shapes["y"][1].max == 512 and shapes["z"][2].__name__ == "free"
+    with pytest.raises(ValueError, match="dim 'batch' is given two ranges"):
+        parse_dynamic(["x:0=batch[1,64]", "y:0=batch[2,64]"])
+    with pytest.raises(ValueError, match="dim 0 of 'x' is given twice"):
+        parse_dynamic(["x:0=a", "x:0=b"])
+
+
+def test_parse_size():
+    assert parse_size("2GB") == 2 * 10 ** 9 and parse_size("1.5 MiB") == 3 * 2 ** 19 and parse_size("123") == 123
+    with pytest.raises(Exception, match="is not a size"):
+        parse_size("lots")
