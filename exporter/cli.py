@@ -135,7 +135,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     coverage = commands.add_parser("coverage", parents=[common], help="write the core ATen op coverage report",
                                    description="Write coverage.md and coverage.json: which core ATen ops have "
-                                               "a StableHLO lowering.")
+                                               "a StableHLO lowering and which have a quantized form.")
     coverage.add_argument("--out", type=Path, default=Path("docs"), help="folder to write to (default: docs)")
     coverage.set_defaults(run=_coverage)
     return parser

@@ -187,10 +187,14 @@ def test_coverage_writes_the_report(tmp_path, capsys):
     summary = report["summary"]
     assert summary["core_ops"] == len(report["ops"]) > 150
     assert summary["lowered"] == sum(row["lowering"] for row in report["ops"]) > 100
-    assert {"op": "aten.addmm.default", "lowering": True} in report["ops"]
+    assert {"op": "aten.addmm.default", "lowering": True, "quantized": False} in report["ops"]
+    assert {"op": "aten.convolution.default", "lowering": True, "quantized": True} in report["ops"]
+    assert summary["quantized"] == sum(row["quantized"] for row in report["ops"]) > 0
+    assert "quantized_decomposed.quantize_per_channel.default" in report["quantized_forms"]
     markdown = (tmp_path / "coverage.md").read_text()
     assert f"{summary['lowered']} of {summary['core_ops']} core ATen overloads" in markdown
-    assert "| `aten.addmm.default` | yes |" in markdown
+    assert "| `aten.addmm.default` | yes | no |" in markdown
+    assert "| `quantized_decomposed.dequantize_per_tensor.default` | stablehlo.uniform_dequantize" in markdown
 
 
 def test_parse_dynamic_shares_dims_by_name():
