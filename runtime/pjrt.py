@@ -14,10 +14,12 @@ import jax
 import numpy as np
 from jax.extend.backend import get_backend
 
+from .compile_cache import CompileCache
 from .passes import prepare_for_xla
 
 _COMPILED: dict[tuple[str, str], object] = {}
 _COMPILE_LOCK = threading.Lock()
+STATS = {"compiled": 0, "disk_hits": 0}  # this process: XLA compilations, and loads from the disk cache
 
 
 @lru_cache(maxsize=None)
@@ -34,8 +36,9 @@ def fingerprint(mlir_text: str) -> str:
 
 
 class Executable:
-    """A StableHLO module compiled once per (module fingerprint, platform); quant types are legalized to
-    integer math for XLA on a copy (the fingerprint is the original text's)."""
+    """A StableHLO module compiled once per (module fingerprint, platform): in memory for this process and,
+    through the disk cache, for later ones. Quant types are legalized to integer math for XLA on a copy
+    (the fingerprint is the original text's)."""
 
     def __init__(self, mlir_text: str, platform: str = "cpu"):
         self.platform = platform
@@ -44,8 +47,24 @@ class Executable:
         key = (fingerprint(mlir_text), platform)
         with _COMPILE_LOCK:
             if key not in _COMPILED:
-                _COMPILED[key] = self.client.compile_and_load(prepare_for_xla(mlir_text), [self.device])
+                _COMPILED[key] = self._load_or_compile(mlir_text, key[0])
         self._loaded = _COMPILED[key]
+
+    def _load_or_compile(self, mlir_text: str, module_fingerprint: str):
+        cache = CompileCache.from_environment()
+        cache_key = CompileCache.key(module_fingerprint, self.client) if cache else None
+        executable = cache.load(cache_key, self.client, [self.device]) if cache else None
+        if executable is not None:
+            STATS["disk_hits"] += 1
+            return executable
+        executable = self.client.compile_and_load(prepare_for_xla(mlir_text), [self.device])
+        STATS["compiled"] += 1
+        if cache:
+            try:
+                cache.store(cache_key, self.client, executable)
+            except OSError:  # a read-only or full disk costs a compile next time, nothing more
+                pass
+        return executable
 
     def put(self, arrays: Sequence[np.ndarray]) -> list:
         """Transfer host arrays to this executable's device (e.g. once, for weights)."""

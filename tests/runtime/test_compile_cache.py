@@ -1,0 +1,74 @@
+"""The persistent compile cache: a second process compiles nothing; corrupt entries are rebuilt."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from runtime.compile_cache import DIR_VARIABLE, CompileCache
+
+# exports the same small model in a fresh process, runs it, prints this process's compile counters
+SCRIPT = """
+import json, torch
+from exporter import export_to_stablehlo
+from runtime import pjrt
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(6, 5), torch.nn.Tanh()).eval()
+x = torch.randn(2, 6)
+torch.testing.assert_close(export_to_stablehlo(model, (x,))(x), model(x))
+print(json.dumps(pjrt.STATS))
+"""
+
+
+def _run_fresh_process(cache_dir) -> dict:
+    env = dict(os.environ, **{DIR_VARIABLE: str(cache_dir)})
+    result = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, env=env, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def _entries(cache_dir):
+    return [p for p in cache_dir.iterdir() if not p.name.startswith(".")]
+
+
+def test_second_process_compiles_nothing(tmp_path):
+    assert _run_fresh_process(tmp_path) == {"compiled": 1, "disk_hits": 0}
+    assert len(_entries(tmp_path)) == 1
+    assert _run_fresh_process(tmp_path) == {"compiled": 0, "disk_hits": 1}
+
+
+@pytest.mark.parametrize("damage", ["flip", "truncate"])
+def test_corrupt_entry_is_rebuilt(tmp_path, damage):
+    _run_fresh_process(tmp_path)
+    (entry,) = _entries(tmp_path)
+    blob = bytearray(entry.read_bytes())
+    if damage == "flip":
+        blob[len(blob) // 2] ^= 0xFF
+    else:
+        del blob[len(blob) // 2:]
+    entry.write_bytes(bytes(blob))
+    assert _run_fresh_process(tmp_path) == {"compiled": 1, "disk_hits": 0}
+    assert _run_fresh_process(tmp_path) == {"compiled": 0, "disk_hits": 1}
+
+
+def test_size_bound_evicts_least_recently_used(tmp_path):
+    cache = CompileCache(tmp_path, max_bytes=2500)
+    for index, age in enumerate((300, 100, 200)):  # entry 1 is the oldest
+        path = tmp_path / f"entry{index}"
+        path.write_bytes(b"x" * 1000)
+        os.utime(path, (age, age))
+    cache._evict()
+    assert sorted(p.name for p in _entries(tmp_path)) == ["entry0", "entry2"]
+
+
+def test_off_disables_the_cache(monkeypatch):
+    monkeypatch.setenv(DIR_VARIABLE, "off")
+    assert CompileCache.from_environment() is None
+
+
+def test_cache_key_is_stable_and_covers_the_module():
+    from runtime import pjrt
+    cpu = pjrt.client("cpu")
+    assert CompileCache.key("a" * 64, cpu) != CompileCache.key("b" * 64, cpu)
+    assert CompileCache.key("a" * 64, cpu) == CompileCache.key("a" * 64, cpu)
