@@ -115,7 +115,7 @@ def _sign_differs(ctx, remainder, divisor):
                           compare(compare(remainder, zero, "LT"), compare(divisor, zero, "LT"), "NE"))
 
 
-def _floor_divide(ctx, a, b):
+def floor_quotient(ctx, a, b):
     """Python's floor division; for floats torch's algorithm (via fmod, exact where floor(a / b) is not)."""
     mod, one = stablehlo.remainder(a, b), scalar(ctx, 1, a)
     if not dtype_of(a).is_floating_point:
@@ -141,7 +141,7 @@ def _trunc(x):
 def div_mode(ctx, x, y, *, rounding_mode=None):
     a, b = elementwise_operands(ctx, x, y, dtype=compute_dtype(ctx.out_dtype))
     if rounding_mode == "floor":
-        return convert(_floor_divide(ctx, a, b), ctx.out_dtype)
+        return convert(floor_quotient(ctx, a, b), ctx.out_dtype)
     quotient = stablehlo.divide(a, b)
     if rounding_mode == "trunc" and dtype_of(a).is_floating_point:
         quotient = _trunc(quotient)

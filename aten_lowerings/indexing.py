@@ -15,6 +15,7 @@ from jaxlib.mlir.dialects import stablehlo
 
 from .helpers import (as_tensor, broadcast_in_dim, broadcast_to, compare, convert, dtype_of, full_like, iota,
                       is_static, normalize_dim, rank, reshape, value_type)
+from .elementwise import floor_quotient
 from .mlir_types import tensor_type
 from .registry import lower
 from .shape_ops import index_value, slice_bounds, strided_slice, wrap_index
@@ -205,15 +206,7 @@ def _scatter_along(ctx, x, dim, index, src, reduce=None, include_self=True):
     counts = _scatter(full_like(ctx, ctx.out_shape, int(include_self), dtype), plan,
                       full_like(ctx, index_sizes, 1, dtype), stablehlo.add)
     counts = stablehlo.maximum(counts, full_like(ctx, ctx.out_shape, 1, dtype))
-    return _floor_divide(ctx, result, counts) if not dtype.is_floating_point else stablehlo.divide(result, counts)
-
-
-def _floor_divide(ctx, a, b):
-    """Integer division rounding down (torch's scatter mean on ints); ``b`` is positive."""
-    quotient = stablehlo.divide(a, b)
-    zero, one = (full_like(ctx, ctx.out_shape, n, dtype_of(a)) for n in (0, 1))
-    inexact_negative = stablehlo.and_(compare(a, zero, "LT"), compare(stablehlo.multiply(quotient, b), a, "NE"))
-    return stablehlo.select(inexact_negative, stablehlo.subtract(quotient, one), quotient)
+    return floor_quotient(ctx, result, counts) if not dtype.is_floating_point else stablehlo.divide(result, counts)
 
 
 @lower(aten.scatter.src, aten.scatter.value)
