@@ -5,16 +5,26 @@ Importing this package registers every family.
 from . import (  # noqa: F401  (each import registers its rules)
     activations,
     attention,
+    backward,
     conv_pool,
     creation,
+    distance,
     elementwise,
+    fft,
     higher_order,
     indexing,
     linalg,
+    linalg_factor,
     normalization,
+    padding,
     quantized,
     reductions,
+    sampling,
+    scalars,
+    resampling,
     shape_ops,
+    sorting,
+    special,
 )
 from .registry import LOWERINGS, lower, lowering_for
 

@@ -13,8 +13,8 @@ from jaxlib.mlir.dialects import chlo, stablehlo
 from .elementwise import maximum, minimum, scalar
 from .helpers import (broadcast_in_dim, broadcast_to, compare, compute_dtype, convert, dtype_of, normalize_dim,
                       reshape, static_shape)
-from .mlir_types import DYNAMIC
 from .registry import lower
+from .shape_ops import slice_dim
 
 aten = torch.ops.aten
 
@@ -155,14 +155,9 @@ def prelu_kernel(ctx, x, weight):
 
 @_activation(aten.glu.default)
 def glu(ctx, x, dim=-1):
-    """First half of ``dim`` gated by the sigmoid of the second half."""
-    shape = static_shape(x)
-    if DYNAMIC in shape:
-        raise NotImplementedError("glu of a tensor with dynamic dims is not supported yet")
-    dim = normalize_dim(dim, len(shape))
-    half = shape[dim] // 2
-    start = [0] * len(shape)
-    strides = [1] * len(shape)
-    first = stablehlo.slice(x, start, shape[:dim] + [half] + shape[dim + 1:], strides)
-    second = stablehlo.slice(x, start[:dim] + [half] + start[dim + 1:], shape, strides)
+    """First half of ``dim`` gated by the sigmoid of the second half (any dim may be symbolic)."""
+    dim = normalize_dim(dim, len(static_shape(x)))
+    half = ctx.out_shape[dim]
+    first = slice_dim(ctx, x, dim, 0, half, ctx.out_shape)
+    second = slice_dim(ctx, x, dim, half, 2 * half, ctx.out_shape)
     return stablehlo.multiply(first, stablehlo.logistic(second))

@@ -17,13 +17,15 @@ class LoweringContext:
     them) instead of re-deriving them from operands.
     """
 
-    __slots__ = ("node", "dims", "_lower_graph")
+    __slots__ = ("node", "dims", "_lower_graph", "_rng_key")
 
     def __init__(self, node: torch.fx.Node, dims: SymbolicDims,
-                 lower_graph: Callable[[torch.fx.GraphModule, Sequence], list]):
+                 lower_graph: Callable[[torch.fx.GraphModule, Sequence], list],
+                 rng_key: Callable[[], ir.Value] | None = None):
         self.node = node
         self.dims = dims
         self._lower_graph = lower_graph
+        self._rng_key = rng_key
 
     # -- outputs ---------------------------------------------------------
     @property
@@ -45,9 +47,10 @@ class LoweringContext:
 
     # -- inputs ----------------------------------------------------------
     def arg_meta(self, index: int):
-        """``meta['val']`` of the node's positional argument ``index`` (None for literals)."""
+        """``meta['val']`` of the node's positional tensor argument ``index`` (None for literals and scalars)."""
         arg = self.node.args[index]
-        return arg.meta.get("val") if isinstance(arg, torch.fx.Node) else None
+        meta = arg.meta.get("val") if isinstance(arg, torch.fx.Node) else None
+        return meta if isinstance(meta, torch.Tensor) else None
 
     # -- shapes ----------------------------------------------------------
     def size_value(self, size) -> ir.Value:
@@ -55,6 +58,13 @@ class LoweringContext:
 
     def shape_value(self, sizes) -> ir.Value:
         return self.dims.shape(list(sizes))
+
+    # -- random numbers ---------------------------------------------------
+    def rng_key(self) -> ir.Value:
+        """A fresh ``tensor<2xui64>`` THREE_FRY state: the program's ``rng_seed`` argument and a number of its own."""
+        if self._rng_key is None:
+            raise NotImplementedError("random ops here have no rng_seed argument to draw from")
+        return self._rng_key()
 
     # -- nested graphs (higher-order ops) ---------------------------------
     def lower_graph(self, graph_module: torch.fx.GraphModule, args: Sequence) -> list:

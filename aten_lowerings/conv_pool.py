@@ -1,5 +1,5 @@
 """Convolutions and pooling: convolution (1d/2d/3d, groups, stride, padding, dilation, transposed),
-max/avg/adaptive pooling as ``reduce_window``."""
+max/avg/adaptive pooling as ``reduce_window`` (adaptive max pooling with indices)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -11,10 +11,11 @@ from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
 from .helpers import (array_constant, broadcast_in_dim, broadcast_to, compare, compute_dtype, constant, convert,
-                      dtype_of, full_like, iota, rank, reshape, static_shape)
+                      dtype_of, full_like, iota, rank, reshape, static_shape, value_type)
 from .linalg import contract
 from .mlir_types import DYNAMIC, element_type, mlir_shape
 from .registry import lower
+from .shape_ops import slice_dim
 
 aten = torch.ops.aten
 
@@ -35,16 +36,21 @@ def _spatial_static(value: ir.Value, n: int, what: str) -> list[int]:
 # -- convolution -----------------------------------------------------------------
 
 def _transposed_kernel(ctx, weight, groups: int):
-    """A transposed convolution's weight (in, out/groups, k...) as a forward kernel (out, in/groups, k...),
-    spatially reversed."""
-    shape = list(ctx.arg_meta(1).shape)
-    n = len(shape) - 2
-    weight = stablehlo.reverse(weight, list(range(2, n + 2)))
+    """A transposed convolution's weight (in, out/groups, k...) as a forward kernel and its (output, input)
+    feature dims: spatially reversed, and with groups its features swapped within each group."""
     if groups == 1:
-        return weight, (1, 0)
-    grouped = reshape(ctx, weight, [groups, shape[0] // groups] + shape[1:])
+        return stablehlo.reverse(weight, list(range(2, rank(weight)))), (1, 0)
+    return flipped_kernel(ctx, weight, groups), (0, 1)
+
+
+def flipped_kernel(ctx, weight, groups: int):
+    """A kernel (a, b/groups, k...) as (b, a/groups, k...): spatially reversed, the two feature dims swapped
+    within each group; turns a convolution's kernel into its transpose's and back."""
+    shape = static_shape(weight)
+    n = len(shape) - 2
+    grouped = reshape(ctx, stablehlo.reverse(weight, list(range(2, n + 2))), [groups, shape[0] // groups] + shape[1:])
     swapped = stablehlo.transpose(grouped, [0, 2, 1] + list(range(3, n + 3)))
-    return reshape(ctx, swapped, [shape[1] * groups, shape[0] // groups] + shape[2:]), (0, 1)
+    return reshape(ctx, swapped, [shape[1] * groups, shape[0] // groups] + shape[2:])
 
 
 def symmetric_padding(padding, n: int) -> list[tuple[int, int]]:
@@ -213,6 +219,37 @@ def _max_pool_with_indices(ctx, x, kernel_size, stride=(), padding=0, dilation=1
 for _n, _op in ((1, aten.max_pool1d_with_indices), (2, aten.max_pool2d_with_indices),
                 (3, aten.max_pool3d_with_indices)):
     lower(_op.default)(partial(_max_pool_with_indices, n=_n))
+
+
+def _adaptive_max_pool(ctx, x, output_size, *, n):
+    """Evenly divisible sizes pool with a fixed window; otherwise one spatial dim at a time (a max of maxes,
+    ties still to the first flat index), each output position reducing its bin [floor(i*in/out),
+    ceil((i+1)*in/out)) to one (value, index) pair."""
+    sizes, outs = _spatial_static(x, n, "adaptive max pooling"), per_dim(output_size, n)
+    if all(size % out == 0 for size, out in zip(sizes, outs)):
+        kernel = [size // out for size, out in zip(sizes, outs)]
+        return _max_pool_with_indices(ctx, x, kernel, kernel, n=n)
+    dtype, lead = dtype_of(x), rank(x) - n
+    flat = reshape(ctx, iota(ctx, [int(np.prod(sizes))], 0), sizes)
+    pairs = [x, broadcast_to(ctx, flat, list(ctx.arg_meta(0).shape))]
+    inits = [constant(_lowest(dtype), dtype), constant(torch.iinfo(torch.int64).max, torch.int64)]
+    for axis, (size, out) in enumerate(zip(sizes, outs), lead):
+        bins = []
+        for i in range(out):
+            start, end = (i * size) // out, -(-((i + 1) * size) // out)
+            shape, window = static_shape(pairs[0]), [1] * rank(x)
+            shape[axis], window[axis] = end - start, end - start
+            parts = [slice_dim(ctx, v, axis, start, end, shape) for v in pairs]
+            shape[axis] = 1
+            types = [ir.RankedTensorType.get(shape, value_type(v).element_type) for v in pairs]
+            plain = _Window(window, [1] * rank(x), [1] * rank(x), [(0, 0)] * rank(x))
+            bins.append(_reduce_window(parts, inits, plain, types, _first_max))
+        pairs = [stablehlo.concatenate([b[k] for b in bins], axis) for k in range(2)]
+    return pairs
+
+
+for _n, _op in ((2, aten.adaptive_max_pool2d), (3, aten.adaptive_max_pool3d)):
+    lower(_op.default)(partial(_adaptive_max_pool, n=_n))
 
 
 # -- average pooling ---------------------------------------------------------------------

@@ -64,26 +64,20 @@ def cast(ctx, x, *args, **kwargs):
 
 def _check_eval(train):
     if train is None or train:
-        raise NotImplementedError("dropout in training mode draws random numbers; random ops come in a later issue "
-                                  "(export the model in eval mode)")
+        raise NotImplementedError("this dropout variant in training mode is not lowered (dropout and native_dropout "
+                                  "are); or export the model in eval mode")
 
 
-@lower(aten.dropout.default, aten.feature_dropout.default, aten.alpha_dropout.default,
-       aten.feature_alpha_dropout.default)
+@lower(aten.feature_dropout.default, aten.alpha_dropout.default, aten.feature_alpha_dropout.default)
 def dropout(ctx, x, p, train):
     _check_eval(train)
     return x
 
 
-@lower(aten.native_dropout.default)
-def native_dropout(ctx, x, p, train):
-    """Eval mode: the input and an all-true mask. ``train=None`` means training, as in torch."""
-    _check_eval(train)
-    return x, full_like(ctx, ctx.out_meta[1].shape, True, torch.bool)
-
-
-@lower(aten._assert_tensor_metadata.default, aten._assert_scalar.default)
+@lower(aten._assert_tensor_metadata.default, aten._assert_scalar.default, aten._assert_async.default,
+       aten._assert_async.msg)
 def assert_(ctx, *args, **kwargs):
     """No code: ``_assert_tensor_metadata`` restates a dtype the graph already has; ``_assert_scalar`` is a
-    runtime check on symbolic sizes, which is dropped here."""
+    runtime check on symbolic sizes and ``_assert_async`` one on tensor values (e.g. ``one_hot``'s indices
+    are in range), which StableHLO cannot raise: they are dropped here."""
     return None

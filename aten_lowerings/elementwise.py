@@ -90,7 +90,8 @@ _register(stablehlo.multiply, aten.mul.Tensor, aten.mul.Scalar)
 _register(stablehlo.divide, aten.div.Tensor, aten.div.Scalar, aten.true_divide.Tensor, aten.true_divide.Scalar)
 _register(maximum, aten.maximum.default, aten.max.other)
 _register(minimum, aten.minimum.default, aten.min.other)
-_register(stablehlo.atan2, aten.atan2.default)
+atan2 = lower(aten.atan2.default)(_elementwise(lambda ctx, a, b: stablehlo.atan2(a, b)))
+lower(aten.atan2.out)(lambda ctx, x, y, *, out=None: atan2(ctx, x, y))  # ``out`` only says where to write
 _register(stablehlo.remainder, aten.fmod.Tensor, aten.fmod.Scalar)
 _register(lambda x: stablehlo.multiply(x, x), aten.square.default)
 
@@ -105,6 +106,8 @@ def rsub(ctx, x, y, alpha=1):
 def pow_(ctx, base, exponent):
     if isinstance(exponent, (int, float)) and exponent == 2:
         return _elementwise(lambda ctx, x: stablehlo.multiply(x, x))(ctx, base)
+    if isinstance(exponent, (int, float)) and exponent == 3:  # (x * x) * x, as torch's CPU kernel (GELU-tanh)
+        return _elementwise(lambda ctx, x: stablehlo.multiply(stablehlo.multiply(x, x), x))(ctx, base)
     return _elementwise(lambda ctx, x, y: stablehlo.power(x, y))(ctx, base, exponent)
 
 

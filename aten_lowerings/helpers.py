@@ -44,8 +44,14 @@ def _dtype_by_type_string(type_string: str) -> torch.dtype:
     raise TypeError(f"no torch dtype for MLIR element type {type_string}")
 
 
+_FLOAT_TYPES = {ir.F32Type: torch.float32, ir.F16Type: torch.float16, ir.BF16Type: torch.bfloat16,
+                ir.F64Type: torch.float64}
+
+
 def dtype_of(value: ir.Value) -> torch.dtype:
-    return _dtype_by_type_string(str(value_type(value).element_type))
+    element = value_type(value).element_type
+    dtype = _FLOAT_TYPES.get(type(element))  # the common case, without printing the type (~10 us)
+    return dtype if dtype is not None else _dtype_by_type_string(str(element))
 
 
 def with_dtype(value: ir.Value, dtype: torch.dtype) -> ir.RankedTensorType:
@@ -67,12 +73,15 @@ def _scalar_attr(number, dtype: torch.dtype) -> ir.Attribute:
 
 def constant(number, dtype: torch.dtype, shape: Sequence[int] = ()) -> ir.Value:
     """A splat constant of a Python number with a static shape (default: 0-d)."""
+    if dtype.is_complex:  # MLIR has no complex scalar attribute to splat: build the (tiny) dense array
+        array = np.full(list(shape), complex(number), dtype=np.complex64 if dtype == torch.complex64 else np.complex128)
+        return array_constant(array, dtype)
     result_type = ir.RankedTensorType.get(list(shape), element_type(dtype))
     return stablehlo.constant(ir.DenseElementsAttr.get_splat(result_type, _scalar_attr(number, dtype)))
 
 
 def array_constant(array: np.ndarray, dtype: torch.dtype) -> ir.Value:
-    """A dense constant from a numpy array (ints and floats; used for small index tables)."""
+    """A dense constant from a numpy array (ints, floats, complex; used for small index tables)."""
     result_type = ir.RankedTensorType.get(list(array.shape), element_type(dtype))
     return stablehlo.constant(ir.DenseElementsAttr.get(np.ascontiguousarray(array), type=result_type))
 

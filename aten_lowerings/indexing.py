@@ -13,9 +13,9 @@ import torch
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
+from .elementwise import floor_quotient
 from .helpers import (as_tensor, broadcast_in_dim, broadcast_to, compare, convert, dtype_of, full_like, iota,
                       is_static, normalize_dim, rank, reshape, value_type)
-from .elementwise import floor_quotient
 from .mlir_types import tensor_type
 from .registry import lower
 from .shape_ops import index_value, slice_bounds, strided_slice, wrap_index
@@ -103,11 +103,20 @@ def index(ctx, x, indices):
     return _gather(ctx, x, x_sizes, _indexing(ctx, x_sizes, _listed(indices, _index_metas(ctx, 1))))
 
 
+def _along(ctx, x, dim, index, index_meta):
+    """One-dim indexing operands with a 0-d ``x`` seen as 1-d and a 0-d index as one element, as torch does:
+    ``(x, x_sizes, {dim: (index, meta)})``."""
+    x_sizes = list(ctx.arg_meta(0).shape) or [1]
+    index_sizes = list(index_meta.shape) or [1]
+    meta = torch.empty(index_sizes, dtype=index_meta.dtype, device="meta")
+    dim = normalize_dim(dim, len(x_sizes))
+    return reshape(ctx, x, x_sizes), x_sizes, {dim: (reshape(ctx, index, index_sizes), meta)}
+
+
 def _take(ctx, x, dim, index, index_meta):
     """``x`` indexed along one dim (index_select, embedding), reshaped to the node's output."""
-    x_sizes = ctx.arg_meta(0).shape
-    plan = _indexing(ctx, x_sizes, {normalize_dim(dim, len(x_sizes)): (index, index_meta)})
-    return reshape(ctx, _gather(ctx, x, x_sizes, plan), ctx.out_shape)
+    x, x_sizes, indexed = _along(ctx, x, dim, index, index_meta)
+    return reshape(ctx, _gather(ctx, x, x_sizes, _indexing(ctx, x_sizes, indexed)), ctx.out_shape)
 
 
 @lower(aten.index_select.default)
@@ -141,10 +150,36 @@ def gather(ctx, x, dim, index, sparse_grad=False):
 # -- writes ------------------------------------------------------------------------------
 
 
-def _put(ctx, x, indexed: dict, values, accumulate: bool) -> ir.Value:
-    plan = _indexing(ctx, ctx.arg_meta(0).shape, indexed)
+def _put(ctx, x, indexed: dict, values, accumulate: bool, x_sizes=None) -> ir.Value:
+    plan = _indexing(ctx, x_sizes or ctx.arg_meta(0).shape, indexed)
     updates = broadcast_to(ctx, convert(values, ctx.out_dtype), plan.sizes)
     return _scatter(x, plan, updates, _accumulate(ctx.out_dtype) if accumulate else None)
+
+
+def _put_along(ctx, x, dim, index, source, combine=None):
+    """index_copy/index_add/index_reduce: ``source``'s slices written (or combined) into ``x`` along ``dim``;
+    ``combine(x, x_sizes, plan, updates)`` replaces the plain write."""
+    x, x_sizes, indexed = _along(ctx, x, dim, index, ctx.arg_meta(2))
+    plan = _indexing(ctx, x_sizes, indexed)
+    updates = reshape(ctx, convert(source, ctx.out_dtype), plan.sizes)
+    result = _scatter(x, plan, updates) if combine is None else combine(x, x_sizes, plan, updates)
+    return reshape(ctx, result, ctx.out_shape)
+
+
+def _masked_put(ctx, x, mask, mask_meta, values, accumulate: bool) -> ir.Value:
+    """``x[mask] = values`` (or ``+=``) for one boolean mask over x's leading dims, with values that broadcast
+    to every selected element (a shape without the data-dependent count of selected elements)."""
+    sizes, values_sizes = ctx.out_shape, list(ctx.arg_meta(2).shape)
+    window = len(sizes) - mask_meta.dim()
+    if any(s != 1 for s in values_sizes[:max(len(values_sizes) - window, 0)]):
+        raise NotImplementedError("index_put with a boolean mask and values per selected element has a "
+                                  "data-dependent shape; use torch.where instead")
+    values = reshape(ctx, convert(values, ctx.out_dtype), values_sizes[max(len(values_sizes) - window, 0):])
+    values = broadcast_to(ctx, values, sizes)
+    mask = broadcast_in_dim(ctx, convert(mask, torch.bool), sizes, list(range(mask_meta.dim())))
+    if accumulate:
+        values = _accumulate(ctx.out_dtype)(x, values)
+    return stablehlo.select(mask, values, x)
 
 
 def _accumulate(dtype):
@@ -153,19 +188,30 @@ def _accumulate(dtype):
 
 @lower(aten.index_put.default)
 def index_put(ctx, x, indices, values, accumulate=False):
+    metas = _index_metas(ctx, 1)
+    if len(indices) == 1 and metas[0].dtype in (torch.bool, torch.uint8):
+        return _masked_put(ctx, x, indices[0], metas[0], values, accumulate)
     return _put(ctx, x, _listed(indices, _index_metas(ctx, 1)), values, accumulate)
 
 
 @lower(aten.index_copy.default)
 def index_copy(ctx, x, dim, index, source):
-    return _put(ctx, x, {normalize_dim(dim, rank(x)): (index, ctx.arg_meta(2))}, source, False)
+    return _put_along(ctx, x, dim, index, source)
 
 
 @lower(aten.index_add.default)
 def index_add(ctx, x, dim, index, source, *, alpha=1):
     if alpha != 1:
         source = stablehlo.multiply(source, as_tensor(ctx, alpha, dtype_of(source), ctx.arg_meta(3).shape))
-    return _put(ctx, x, {normalize_dim(dim, rank(x)): (index, ctx.arg_meta(2))}, source, True)
+    return _put_along(ctx, x, dim, index, source,
+                      lambda x, _, plan, updates: _scatter(x, plan, updates, _accumulate(ctx.out_dtype)))
+
+
+@lower(aten.index_reduce.default)
+def index_reduce(ctx, x, dim, index, source, reduce, *, include_self=True):
+    return _put_along(ctx, x, dim, index, source,
+                      lambda x, x_sizes, plan, updates: _reduce_into(ctx, x, x_sizes, plan, updates, reduce,
+                                                                     include_self))
 
 
 def _updates(ctx, src, index_sizes, dtype):
@@ -198,15 +244,22 @@ def _scatter_along(ctx, x, dim, index, src, reduce=None, include_self=True):
     updates = _updates(ctx, src, index_sizes, dtype)
     if reduce is None:
         return _scatter(x, plan, updates)
+    return _reduce_into(ctx, x, ctx.out_shape, plan, updates, reduce, include_self)
+
+
+def _reduce_into(ctx, x, x_sizes, plan: _Indexing, updates, reduce: str, include_self: bool):
+    """``updates`` (shaped ``plan.sizes``) combined into ``x`` with the reduction ``reduce`` (scatter_reduce's
+    names: sum, prod, mean, amax, amin); ``include_self=False`` leaves x's own values out where written."""
+    dtype, sizes = ctx.out_dtype, plan.sizes
     if not include_self:  # scattered positions start from the reduction's identity instead of x
-        x = _scatter(x, plan, full_like(ctx, index_sizes, _identity(reduce, dtype), dtype))
+        x = _scatter(x, plan, full_like(ctx, sizes, _identity(reduce, dtype), dtype))
     result = _scatter(x, plan, updates, _COMBINE[reduce])
     if reduce != "mean":
         return result
-    counts = _scatter(full_like(ctx, ctx.out_shape, int(include_self), dtype), plan,
-                      full_like(ctx, index_sizes, 1, dtype), stablehlo.add)
-    counts = stablehlo.maximum(counts, full_like(ctx, ctx.out_shape, 1, dtype))
-    return floor_quotient(ctx, result, counts) if not dtype.is_floating_point else stablehlo.divide(result, counts)
+    counts = _scatter(full_like(ctx, x_sizes, int(include_self), dtype), plan,
+                      full_like(ctx, sizes, 1, dtype), stablehlo.add)
+    counts = stablehlo.maximum(counts, full_like(ctx, x_sizes, 1, dtype))
+    return stablehlo.divide(result, counts) if dtype.is_floating_point else floor_quotient(ctx, result, counts)
 
 
 @lower(aten.scatter.src, aten.scatter.value)

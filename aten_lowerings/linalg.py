@@ -79,14 +79,17 @@ def matmul(ctx, a, b):
 
 # -- product plus a scaled input -------------------------------------------------
 
-def _add_product(ctx, bias, a, b, beta, alpha, batch: int):
-    """beta * bias + alpha * (a @ b) as addmm/baddbmm define it (beta == 0 ignores bias, NaNs included).
+def _add_product(ctx, bias, a, b, beta, alpha, batch: int, sum_batch: bool = False):
+    """beta * bias + alpha * (a @ b) as addmm/baddbmm define it (beta == 0 ignores bias, NaNs included);
+    ``sum_batch`` sums the products over the batch dims (addbmm).
 
     Low-precision floats are summed in float32 and rounded once, like torch's CPU kernels.
     """
     dtype = compute_dtype(ctx.out_dtype)
     dims = list(range(batch))
-    product = contract(a, b, dims, dims, [batch + 1], [batch], mlir_shape(ctx.out_shape), ctx.out_dtype)
+    batch_dims, summed = ([], dims) if sum_batch else (dims, [])
+    product = contract(a, b, batch_dims, batch_dims, [*summed, batch + 1], [*summed, batch],
+                       mlir_shape(ctx.out_shape), ctx.out_dtype)
     if alpha != 1:
         product = stablehlo.multiply(product, elementwise_operands(ctx, alpha, dtype=dtype)[0])
     if beta != 0:
@@ -105,6 +108,11 @@ def addmm(ctx, bias, a, b, *, beta=1, alpha=1):
 @lower(aten.baddbmm.default)
 def baddbmm(ctx, bias, a, b, *, beta=1, alpha=1):
     return _add_product(ctx, bias, a, b, beta, alpha, batch=1)
+
+
+@lower(aten.addbmm.default)
+def addbmm(ctx, bias, a, b, *, beta=1, alpha=1):
+    return _add_product(ctx, bias, a, b, beta, alpha, batch=1, sum_batch=True)
 
 
 @lower(aten.linear.default)
@@ -178,3 +186,14 @@ def einsum(ctx, equation, operands, *, path=None):
     if value_labels != output:
         value = stablehlo.transpose(value, [value_labels.index(c) for c in output])
     return convert(value, dtype)
+
+
+@lower(aten._trilinear.default)
+def trilinear(ctx, i1, i2, i3, expand1, expand2, expand3, sumdim, unroll_dim=1):
+    """Three operands unsqueezed at their ``expand`` dims to one rank, multiplied and summed over ``sumdim``
+    (nn.functional.bilinear): an einsum with one label per common dim."""
+    common = rank(i1) + len(expand1)
+    labels = [string.ascii_lowercase[d] for d in range(common)]
+    operands = ["".join(c for d, c in enumerate(labels) if d not in expand) for expand in (expand1, expand2, expand3)]
+    output = "".join(c for d, c in enumerate(labels) if d not in sumdim)
+    return einsum(ctx, f"{','.join(operands)}->{output}", [i1, i2, i3])

@@ -1,5 +1,5 @@
-"""Reductions: sum, mean, amax/amin, max/min with indices, argmax/argmin, var/std, prod, any/all, cumsum,
-softmax, log_softmax, logsumexp, vector norms.
+"""Reductions: sum, mean, amax/amin, max/min with indices, argmax/argmin, var/std, prod, any/all, scans (cumsum,
+cumprod, logcumsumexp, cummax/cummin), softmax, log_softmax, logsumexp, vector norms.
 
 Values are reduced in the output's compute dtype (float32 for float16/bfloat16,
 int64 for integer sums, as torch accumulates on CPU), then converted and
@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import sympy
 import torch
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import chlo, stablehlo
@@ -145,18 +146,25 @@ def _arg_extreme(ctx, x, dim, direction: str):
                                    [x, iota(ctx, sizes, dim)], [constant(init, dtype), constant(0, torch.int64)],
                                    [dim])
 
+    scalars = [tensor_type([], dtype), tensor_type([], torch.int64)]
+    _region(operation, scalars * 2, _picker(direction, dtype))
+    return operation.results
+
+
+def _picker(direction: str, dtype: torch.dtype, last: bool = False):
+    """Combiner of (value, index) pairs keeping the max (``GT``) or min (``LT``), NaN beating every number;
+    ties go to the first index (the last if ``last``), so the order of the pairs does not matter."""
+
     def pick(a, a_index, b, b_index):
         better, tie = compare(a, b, direction), compare(a, b, "EQ")
         if dtype.is_floating_point:
             a_nan, b_nan = compare(a, a, "NE"), compare(b, b, "NE")
             better = stablehlo.or_(better, stablehlo.and_(a_nan, stablehlo.not_(b_nan)))
             tie = stablehlo.or_(tie, stablehlo.and_(a_nan, b_nan))
-        first = stablehlo.or_(better, stablehlo.and_(tie, compare(a_index, b_index, "LT")))
+        first = stablehlo.or_(better, stablehlo.and_(tie, compare(a_index, b_index, "GT" if last else "LT")))
         return [stablehlo.select(first, a, b), stablehlo.select(first, a_index, b_index)]
 
-    scalars = [tensor_type([], dtype), tensor_type([], torch.int64)]
-    _region(operation, scalars * 2, pick)
-    return operation.results
+    return pick
 
 
 @lower(aten.max.dim)
@@ -221,7 +229,8 @@ _register_moments(aten.std_mean, lambda ctx, var, mean: (_finish(ctx, stablehlo.
 # -- scans ---------------------------------------------------------------------------------
 
 def _cumulative(op, init):
-    """Inclusive scan along ``dim`` as a ``reduce_window`` whose window spans the whole dim, padded in front."""
+    """Inclusive scan along ``dim`` as a ``reduce_window`` whose window spans the whole dim, padded in front;
+    along a dynamic dim (no static window), a log-step scan (``_dynamic_scan``)."""
 
     def rule(ctx, x, dim, *, dtype=None):
         value = convert(x, compute_dtype(ctx.out_dtype))
@@ -230,21 +239,85 @@ def _cumulative(op, init):
             return convert(value, ctx.out_dtype)
         dim = normalize_dim(dim, len(shape))
         if shape[dim] == DYNAMIC:
-            raise NotImplementedError("cumulative reductions along a dynamic dim are not supported yet")
-        window, padding = [1] * len(shape), np.zeros((len(shape), 2), dtype=np.int64)
-        window[dim], padding[dim, 0] = shape[dim], shape[dim] - 1
-        operation = stablehlo.ReduceWindowOp(
-            [value.type], [value], [constant(init, dtype_of(value))], window,
-            padding=ir.DenseIntElementsAttr.get(padding))
-        scalar = tensor_type([], dtype_of(value))
-        _region(operation, [scalar, scalar], lambda a, b: [op(a, b)])
-        return convert(operation.result, ctx.out_dtype)
+            return convert(_dynamic_scan(ctx, value, dim, init, op), ctx.out_dtype)
+        return convert(scan([value], [init], dim, lambda a, b: [op(a, b)])[0], ctx.out_dtype)
 
     return rule
 
 
+def scan(values, inits, dim: int, combine) -> list[ir.Value]:
+    """Inclusive scan of same-shaped ``values`` along a static ``dim``: one ``reduce_window`` whose window spans
+    the dim, padded in front with ``inits`` (numbers); ``combine(*accumulators, *elements)`` returns a list."""
+    shape = static_shape(values[0])
+    window, padding = [1] * len(shape), np.zeros((len(shape), 2), dtype=np.int64)
+    window[dim], padding[dim, 0] = shape[dim], shape[dim] - 1
+    operation = stablehlo.ReduceWindowOp(
+        [v.type for v in values], values, [constant(i, dtype_of(v)) for i, v in zip(inits, values)], window,
+        padding=ir.DenseIntElementsAttr.get(padding))
+    scalars = [tensor_type([], dtype_of(v)) for v in values]
+    _region(operation, scalars * 2, combine)
+    return list(operation.results)
+
+
+def _dynamic_scan(ctx, value, dim, init, op):
+    """Hillis-Steele scan: step k combines each element with the one 2**k before it (``init`` shifted in by a
+    ``dynamic_pad`` that crops as much as it pads, by min(2**k, size)). The step count is static, from the
+    dim's upper bound (31 steps, a size's int32 limit, when unbounded); refinement makes every pad static."""
+    size_expr = ctx.arg_meta(0).shape[dim]
+    size = ctx.size_value(size_expr)
+    upper = size_expr.node.shape_env.bound_sympy(size_expr.node.expr).upper
+    steps = max(1, (int(upper) - 1).bit_length()) if isinstance(upper, sympy.Integer) else 31
+    one_d = ir.RankedTensorType.get([1], size.type.element_type)
+    zero_size = ctx.size_value(0)  # ``negate`` does not fold during refinement; ``subtract`` does
+    zero = stablehlo.reshape(one_d, zero_size)
+
+    def at_dim(scalar):
+        part = stablehlo.reshape(one_d, scalar)
+        return stablehlo.concatenate([part if d == dim else zero for d in range(rank(value))], 0)
+
+    fill, interior = constant(init, dtype_of(value)), ctx.shape_value([0] * rank(value))
+    for step in range(steps):
+        shift = stablehlo.minimum(ctx.size_value(2 ** step), size)
+        crop = at_dim(stablehlo.subtract(zero_size, shift))
+        shifted = stablehlo.dynamic_pad(value.type, value, fill, at_dim(shift), crop, interior)
+        value = op(value, shifted)
+    return value
+
+
 lower(aten.cumsum.default)(_cumulative(stablehlo.add, 0))
 lower(aten.cumprod.default)(_cumulative(stablehlo.multiply, 1))
+
+
+def _log_add_exp(a, b):
+    """log(exp(a) + exp(b)) as torch's scan computes it: equal infinities give themselves, NaN propagates."""
+    high, low = stablehlo.maximum(a, b), stablehlo.minimum(a, b)
+    result = stablehlo.add(high, stablehlo.log_plus_one(stablehlo.exponential(stablehlo.subtract(low, high))))
+    same_infinity = stablehlo.and_(compare(a, b, "EQ"), chlo.is_inf(a))
+    either_nan = stablehlo.or_(compare(a, a, "NE"), compare(b, b, "NE"))
+    return stablehlo.select(either_nan, stablehlo.add(a, b), stablehlo.select(same_infinity, a, result))
+
+
+lower(aten.logcumsumexp.default)(_cumulative(_log_add_exp, -math.inf))
+
+
+def _cumulative_extreme(direction: str):
+    """cummax (``GT``) / cummin (``LT``): values and indices; NaN sticks, and ties (NaN ties too) go to the
+    last index, as torch's scan does."""
+
+    def rule(ctx, x, dim):
+        if rank(x) == 0:
+            return x, constant(0, torch.int64)
+        dim, dtype = normalize_dim(dim, rank(x)), dtype_of(x)
+        if static_shape(x)[dim] == DYNAMIC:
+            raise NotImplementedError("cummax/cummin along a dynamic dim")
+        init = (_lowest if direction == "GT" else _highest)(dtype)
+        return scan([x, iota(ctx, ctx.arg_meta(0).shape, dim)], [init, -1], dim, _picker(direction, dtype, True))
+
+    return rule
+
+
+lower(aten.cummax.default)(_cumulative_extreme("GT"))
+lower(aten.cummin.default)(_cumulative_extreme("LT"))
 
 
 # -- softmax family ------------------------------------------------------------------------

@@ -1,5 +1,5 @@
 """Views and shape ops: view/reshape, (un)squeeze, permute/transpose, expand, flatten, cat/stack,
-split/chunk/unbind, slice/select/narrow, diff, repeat/tile, flip/roll, tril/triu.
+split/chunk/unbind, slice/select/narrow, diff, repeat/tile, flip/roll, tril/triu, diagonal, as_strided, resize.
 
 Views are copies here (StableHLO values are immutable); export has already
 functionalised every mutation through a view. Slice bounds may be Python ints,
@@ -13,7 +13,7 @@ from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
 from .helpers import (DYNAMIC, broadcast_in_dim, broadcast_to, compare, constant, convert, dim_size, dtype_of,
-                      full_like, iota, normalize_dim, normalize_dims, rank, reshape, static_shape)
+                      full_like, iota, is_static, normalize_dim, normalize_dims, rank, reshape, static_shape)
 from .mlir_types import tensor_type
 from .registry import lower
 
@@ -327,3 +327,59 @@ def _triangle(keep: str):
 
 lower(aten.tril.default)(_triangle("LE"))
 lower(aten.triu.default)(_triangle("GE"))
+
+
+# -- diagonals, strided views, resize -----------------------------------------------------------------
+
+
+def take(ctx, x: ir.Value, dim: int, indices: ir.Value, sizes) -> ir.Value:
+    """numpy's ``take``: ``x`` at the in-range int64 ``indices`` (any shape) along ``dim``, whose dims replace
+    ``dim``; ``sizes`` are the result's torch sizes."""
+    count = rank(indices)
+    numbers = stablehlo.GatherDimensionNumbers.get(
+        offset_dims=[d for d in range(len(sizes)) if not dim <= d < dim + count], collapsed_slice_dims=[dim],
+        operand_batching_dims=[], start_indices_batching_dims=[], start_index_map=[dim], index_vector_dim=count)
+    slice_sizes = [*sizes[:dim], 1, *sizes[dim + count:]]
+    result_type = tensor_type(sizes, dtype_of(x))
+    if is_static(slice_sizes):
+        return stablehlo.gather(x, indices, numbers, [_as_int(s) for s in slice_sizes], results=[result_type])
+    return stablehlo.dynamic_gather(x, indices, ctx.shape_value(slice_sizes), numbers, results=[result_type])
+
+
+@lower(aten.diagonal.default)
+def diagonal(ctx, x, offset=0, dim1=0, dim2=1):
+    """The two dims moved last, the square block holding the diagonal cut out and flattened, then every
+    (length + 1)-th element."""
+    dim1, dim2 = normalize_dim(dim1, rank(x)), normalize_dim(dim2, rank(x))
+    x = stablehlo.transpose(x, [d for d in range(rank(x)) if d not in (dim1, dim2)] + [dim1, dim2])
+    *batch, length = ctx.out_shape
+    lead = len(batch)
+    row, col = (max(-offset, 0), max(offset, 0)) if _as_int(length) != 0 else (0, 0)  # an empty one may start outside
+    block = strided_slice(ctx, x, [0] * lead + [row, col], batch + [row + length, col + length], [1] * rank(x),
+                          [*batch, length, length])
+    flat = reshape(ctx, block, [*batch, length * length])
+    return slice_dim(ctx, flat, lead, 0, length * length, ctx.out_shape, length + 1)
+
+
+@lower(aten.as_strided.default)
+def as_strided(ctx, x, size, stride, storage_offset=None):
+    """Element ``storage_offset + sum(i_d * stride_d)`` of the row-major flattening of ``x``. In an exported
+    graph ``x`` is a value of its own, not a view of a larger storage (functionalisation has materialised
+    views), so offsets and strides count from its first element in row-major order; on an eager view or a
+    non-contiguous tensor they would count in the underlying storage instead."""
+    sizes = ctx.out_shape
+    position = full_like(ctx, sizes, storage_offset or 0, torch.int64)
+    for d, step in enumerate(_literal(ctx, 2)):
+        steps = stablehlo.multiply(iota(ctx, sizes, d), broadcast_in_dim(ctx, ctx.size_value(step), sizes, []))
+        position = stablehlo.add(position, steps)
+    return take(ctx, reshape(ctx, x, [ctx.arg_meta(0).numel()]), 0, position, sizes)
+
+
+@lower(aten.resize.default, aten.resize_.default)
+def resize(ctx, x, size, memory_format=None):
+    """``resize`` (what a growing ``resize_`` functionalises to; a shrinking one becomes ``as_strided``), and
+    ``resize_``'s value where a graph keeps it: the row-major elements kept, new ones zero (torch leaves them
+    uninitialised)."""
+    old, new = ctx.arg_meta(0).numel(), ctx.out_meta.numel()
+    flat = stablehlo.pad(reshape(ctx, x, [old]), constant(0, ctx.out_dtype), [0], [new - old], [0])
+    return reshape(ctx, flat, ctx.out_shape)

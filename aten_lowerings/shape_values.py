@@ -27,15 +27,20 @@ class SymbolicDims:
     """Binds shape symbols to graph inputs and emits size expressions (cached per expression)."""
 
     def __init__(self):
-        self._sources: dict[sympy.Symbol, tuple[ir.Value, int]] = {}
+        self._sources: dict[sympy.Expr, tuple[ir.Value, int]] = {}  # a size expression -> an input dim of it
+        # a symbol seen only inside a derived dim (``2*s0``, ``s0 + 1``: torch.export's derived Dims)
+        self._derived: dict[sympy.Symbol, tuple[ir.Value, int, sympy.Expr]] = {}
         self._cache: dict[sympy.Expr, ir.Value] = {}
 
     def bind_input(self, value: ir.Value, sizes) -> None:
         for dim, size in enumerate(sizes):
             if isinstance(size, torch.SymInt):
                 expr = size.node.expr
-                if isinstance(expr, sympy.Symbol) and expr not in self._sources:
-                    self._sources[expr] = (value, dim)
+                self._sources.setdefault(expr, (value, dim))
+                if not isinstance(expr, sympy.Symbol) and len(expr.free_symbols) == 1:
+                    (symbol,) = expr.free_symbols
+                    if expr.is_polynomial(symbol) and sympy.degree(expr, symbol) == 1:
+                        self._derived.setdefault(symbol, (value, dim, expr))
 
     def size(self, size) -> ir.Value:
         """0-d i64 value of an int or SymInt."""
@@ -62,13 +67,16 @@ class SymbolicDims:
     def _emit(self, expr: sympy.Expr) -> ir.Value:
         if isinstance(expr, sympy.Integer):
             return i64_scalar(int(expr))
+        if expr in self._sources:
+            return _read_size(*self._sources[expr])
         if isinstance(expr, sympy.Symbol):
-            if expr not in self._sources:
-                raise NotImplementedError(
-                    f"size symbol {expr} is not a dim of any graph input (data-dependent sizes are not supported here)")
-            value, dim = self._sources[expr]
-            dim_size = stablehlo.get_dimension_size(value, dim)
-            return stablehlo.convert(ir.RankedTensorType.get([], I64()), dim_size)
+            if expr in self._derived:  # a*s + b = size, so s = (size - b) / a
+                value, dim, derived = self._derived[expr]
+                slope, offset = derived.coeff(expr), derived.subs(expr, 0)
+                size = stablehlo.subtract(_read_size(value, dim), i64_scalar(int(offset)))
+                return stablehlo.divide(size, i64_scalar(int(slope)))
+            raise NotImplementedError(
+                f"size symbol {expr} is not a dim of any graph input (data-dependent sizes are not supported here)")
         operands = [self._expr(a) for a in expr.args]
         if isinstance(expr, sympy.Add):
             return _fold(stablehlo.add, operands)
@@ -89,6 +97,10 @@ class SymbolicDims:
         if isinstance(expr, sympy.Pow) and isinstance(expr.exp, sympy.Integer) and expr.exp > 0:
             return _fold(stablehlo.multiply, [operands[0]] * int(expr.exp))
         raise NotImplementedError(f"cannot emit the size expression {expr} ({type(expr).__name__})")
+
+
+def _read_size(value: ir.Value, dim: int) -> ir.Value:
+    return stablehlo.convert(ir.RankedTensorType.get([], I64()), stablehlo.get_dimension_size(value, dim))
 
 
 def _fold(op, operands):

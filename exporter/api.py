@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import torch
+from torch._decomp import decomposition_table
+from torch._export.utils import _get_decomp_for_cia
 from torch.export import ExportedProgram
 
 from aten_lowerings.registry import op_name
@@ -28,6 +30,8 @@ def export_to_stablehlo(model, args=(), kwargs=None, *, dynamic_shapes=None, pla
     if isinstance(model, ExportedProgram):
         program = model
     elif isinstance(model, torch.nn.Module):
+        if _on_meta(model):  # weightless: trace with meta inputs too (torch refuses mixed devices)
+            args, kwargs = torch.utils._pytree.tree_map_only(torch.Tensor, lambda t: t.to("meta"), (args, kwargs))
         program = torch.export.export(plain_quantized_weights(model), tuple(args), kwargs or {},
                                       dynamic_shapes=dynamic_shapes)
     else:
@@ -45,18 +49,40 @@ def decompose_unsupported(program: ExportedProgram) -> ExportedProgram:
     """Functionalise in-place ops and decompose only the ops without a lowering.
 
     ``run_decompositions`` re-traces the whole program (about 1 s for GPT-2), so
-    it runs only when the graph mutates something or has an op we cannot lower;
-    raises once, listing every op that has neither a lowering nor a decomposition.
+    it runs only when the graph mutates something or has an op we cannot lower,
+    again while a decomposition leaves new ops without a lowering; raises once,
+    listing every op that has neither a lowering nor a decomposition.
     """
     missing = unsupported_targets(program.graph_module)
-    table = torch.export.default_decompositions() if missing else {}
-    decomposable = {t: table[t] for t in missing if t in table}
+    decomposable = _decompositions(missing)
     if decomposable or _mutates(program.graph_module):
+        program = program.run_decompositions(decomposable)
+        missing = unsupported_targets(program.graph_module)
+    tried = set(decomposable)
+    while decomposable := {t: d for t, d in _decompositions(missing).items() if t not in tried}:
+        tried |= set(decomposable)
         program = program.run_decompositions(decomposable)
         missing = unsupported_targets(program.graph_module)
     if missing:
         raise UnsupportedOpsError({op_name(t): (len(nodes), describe(nodes[0])) for t, nodes in missing.items()})
     return program
+
+
+def _decompositions(targets) -> dict:
+    """torch.export's decomposition for each target, else the one in torch's wider table (ops such as
+    ``addmv`` that torch.export keeps but core ATen does not have), else the composite implicit kernel."""
+    if not targets:
+        return {}
+    export_table = torch.export.default_decompositions()
+    found = {}
+    for target in targets:
+        if target in export_table:
+            found[target] = export_table[target]
+        elif target in decomposition_table:
+            found[target] = decomposition_table[target]
+        elif isinstance(target, torch._ops.OpOverload) and target._can_decompose():
+            found[target] = _get_decomp_for_cia(target)
+    return found
 
 
 def _mutates(graph_module: torch.fx.GraphModule) -> bool:
@@ -65,9 +91,17 @@ def _mutates(graph_module: torch.fx.GraphModule) -> bool:
 
 
 def _weights(program: ExportedProgram, signature) -> dict[str, torch.Tensor]:
-    weights = {}
+    """The program's own tensors (never copies); tied weights stay one object, so meta weights of a
+    weightless export keep their ties too."""
+    weights, plain = {}, {}
     for slot in signature.weights:
         source = program.state_dict if slot.target in program.state_dict else program.constants
         value = source[slot.target]
-        weights[slot.target] = value.data if isinstance(value, torch.nn.Parameter) else value
+        if id(value) not in plain:
+            plain[id(value)] = value.data if isinstance(value, torch.nn.Parameter) else value
+        weights[slot.target] = plain[id(value)]
     return weights
+
+
+def _on_meta(model: torch.nn.Module) -> bool:
+    return any(t.is_meta for t in [*model.parameters(), *model.buffers()])

@@ -15,9 +15,10 @@ from runtime.dtypes import to_numpy, to_torch
 from runtime.validation import validate_inputs
 
 from . import bundle
+from .errors import WeightsError
 from .signature import Signature
 from .versions import DEFAULT_TARGET
-from .weights import alias_map
+from .weights import alias_map, attach, missing_data
 
 
 class StableHLOArtifact:
@@ -29,43 +30,97 @@ class StableHLOArtifact:
         self.signature = signature
         self.weights = weights
         self.platform = platform
-        self._executable = None
+        self._executables: dict[tuple, pjrt.Executable] = {}  # by @main's argument shapes where dynamic
         self._device_weights: dict[str, object] = {}
+        self._seed = 0  # the next call's rng_seed, where the program draws random numbers
 
     # -- running ------------------------------------------------------------
     def __call__(self, *args, **kwargs):
         return self.signature.unflatten_outputs(self.run_flat(self.signature.tensor_inputs(args, kwargs)))
 
-    def run_flat(self, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
-        """Run on the tensor inputs in ``@main`` order; returns the user outputs, flat."""
+    def run_flat(self, tensors: list[torch.Tensor]) -> list:
+        """Run on the tensor inputs in ``@main`` order; returns the user outputs, flat (tensors, and Python
+        scalars and constants where the model returns them). Inputs the model mutates are updated in place."""
         validate_inputs([slot.tensor for slot in self.signature.user_inputs if slot.tensor is not None], tensors)
-        executable = self._compiled()
-        device_inputs = self._weights_on_device(executable) + executable.put([to_numpy(t) for t in tensors])
+        self.signature.check_dims(tensors)  # symbolic dims: in range, and equal where they must be
+        device_inputs = self._weights_on_device() + pjrt.put([to_numpy(t) for t in tensors + self._seeds()],
+                                                             self.platform)
+        executable = self._compiled(device_inputs)
         outputs = [to_torch(array) for array in executable.execute(device_inputs)]
-        user_outputs = []
-        for slot, value in zip(self.signature.outputs, outputs):
+        results = iter(outputs)
+        inputs = {slot.name: tensor for slot, tensor in
+                  zip([s for s in self.signature.user_inputs if s.tensor is not None], tensors)}
+        user_outputs, updates = [], []
+        for slot in self.signature.outputs:
+            value = next(results) if slot.tensor is not None else None
             if slot.kind == "buffer_mutation":  # state carried to the next call, as in eager
                 self.weights[slot.target] = value
                 self._device_weights.pop(slot.target, None)
+            elif slot.kind == "user_input_mutation":
+                updates.append((inputs[slot.target], value))
             else:
-                user_outputs.append(value)
+                user_outputs.append(slot.user_value(value))
+        with torch.no_grad():
+            for tensor, value in updates:  # the caller's tensor, updated in place as eager's forward does
+                tensor.copy_(value)
         return user_outputs
 
-    def _compiled(self) -> pjrt.Executable:
-        if self._executable is None:
-            self._executable = pjrt.Executable(self.stablehlo_text, self.platform)
-        return self._executable
+    def manual_seed(self, seed: int) -> "StableHLOArtifact":
+        """Seed the random ops: the next call draws from ``seed``, each call after it from the next seed,
+        so repeated calls differ (like eager's generator) and re-seeding reproduces them."""
+        self._seed = int(seed)
+        return self
 
-    def _weights_on_device(self, executable: pjrt.Executable) -> list:
+    def _seeds(self) -> list[torch.Tensor]:
+        """The ``rng_seed`` argument where ``@main`` takes one (then advanced for the next call)."""
+        if not self.signature.takes_rng_seed:
+            return []
+        self._seed += 1
+        return [torch.tensor(self._seed - 1, dtype=torch.int64)]
+
+    def _compiled(self, device_inputs: list) -> pjrt.Executable:
+        """The executable for these ``@main`` arguments: one for a static module; for a dynamic one, one per
+        shape signature of the call (the module refined to it; see ``runtime.refine``)."""
+        shapes = tuple(tuple(a.shape) for a in device_inputs) if self.signature.is_dynamic else ()
+        if shapes not in self._executables:
+            self._executables[shapes] = pjrt.Executable(self.stablehlo_text, self.platform,
+                                                        arg_shapes=shapes if shapes else None)
+        return self._executables[shapes]
+
+    def _weights_on_device(self) -> list:
         """Device copies of the weights, made once; aliases (tied weights) share one copy."""
         slots = self.signature.weights
         missing = [s.target for s in slots if s.target not in self._device_weights]
         if missing:
+            self._require_weights("run")
             canonical = alias_map({name: self.weights[name] for name in missing})
             unique = sorted(set(canonical.values()))
-            placed = dict(zip(unique, executable.put([to_numpy(self.weights[name]) for name in unique])))
+            placed = dict(zip(unique, pjrt.put([to_numpy(self.weights[name]) for name in unique], self.platform)))
             self._device_weights.update({name: placed[canonical[name]] for name in missing})
         return [self._device_weights[s.target] for s in slots]
+
+    # -- weightless artifacts (a meta-device export, a weightless bundle) ---------------
+    @property
+    def is_weightless(self) -> bool:
+        """Whether some weight has a shape and dtype but no data yet (see ``attach_weights``)."""
+        return bool(missing_data(self.weights))
+
+    def attach_weights(self, source) -> "StableHLOArtifact":
+        """Give the weights that have no data their values, by name, from ``source``: a safetensors file
+        (e.g. ``model.safetensors``), a list of files, a folder of shards, or a ``{name: tensor}`` dict such
+        as a model's ``state_dict()``. Raises WeightsError naming each weight ``source`` lacks or has with
+        another shape or dtype (nothing is attached then). Returns the artifact."""
+        self.weights = attach(self.weights, source)
+        self._device_weights.clear()
+        return self
+
+    def _require_weights(self, action: str) -> None:
+        absent = missing_data(self.weights)
+        if absent:
+            shown = ", ".join(absent[:8]) + (f", ... ({len(absent)} in all)" if len(absent) > 8 else "")
+            raise WeightsError(f"cannot {action} a weightless artifact: weights {shown} have no data; attach them "
+                               f"with artifact.attach_weights('model.safetensors') or "
+                               f"load_artifact(path, weights=...)")
 
     # -- saving and handing off ----------------------------------------------------
     def save(self, path: str | os.PathLike, *, target_version: str = DEFAULT_TARGET,
@@ -85,6 +140,7 @@ class StableHLOArtifact:
         """Write a TF SavedModel serving this program through XlaCallModule (needs tensorflow)."""
         from .saved_model import save_saved_model  # tensorflow takes seconds to import: only when asked
 
+        self._require_weights("save a SavedModel of")
         return save_saved_model(self, path, signature_name=signature_name, target_version=target_version)
 
     def to_jax(self, *, target_version: str = DEFAULT_TARGET):
@@ -95,8 +151,12 @@ class StableHLOArtifact:
         return to_jax(self, target_version)
 
 
-def load_artifact(path: str | os.PathLike, *, platform: str = "cpu") -> StableHLOArtifact:
+def load_artifact(path: str | os.PathLike, *, platform: str = "cpu", weights=None) -> StableHLOArtifact:
     """Read a bundle written by ``StableHLOArtifact.save``; raises BundleError if a file is missing,
-    truncated or corrupt, BundleVersionError if it needs a newer StableHLO or bundle format."""
+    truncated or corrupt, BundleVersionError if it needs a newer StableHLO or bundle format.
+
+    ``weights`` (a safetensors file, files, a folder or a dict; see ``attach_weights``) gives a weightless
+    bundle its weights."""
     loaded = bundle.load_bundle(path)
-    return StableHLOArtifact(loaded.stablehlo_text, loaded.signature, loaded.weights, platform=platform)
+    artifact = StableHLOArtifact(loaded.stablehlo_text, loaded.signature, loaded.weights, platform=platform)
+    return artifact.attach_weights(weights) if weights is not None else artifact

@@ -5,6 +5,8 @@
     module.mlirbc        the StableHLO portable artifact, at the chosen target version
     module.mlir          the readable module with source locations (optional)
     weights.safetensors  the weights; above the shard size: weights-00001-of-0000N.safetensors, ...
+                         (none for a weightless bundle: its manifest lists each weight's name, shape and
+                         dtype with ``"file": null``; ``load_artifact(path, weights=...)`` attaches them)
 
 ``save_bundle`` writes the folder atomically; ``load_bundle`` checks every file
 against the manifest before it uses any of them.
@@ -24,13 +26,14 @@ from jaxlib.mlir.dialects import stablehlo
 
 from runtime.mlir_context import make_context
 from runtime.passes import portable_artifact
-from runtime.specs import dtype_name
+from runtime.specs import DTYPES_BY_NAME, dtype_name
 
 from .errors import BundleError, BundleVersionError
 from .folders import staged_folder
+from .progress import progress
 from .signature import Signature
 from .versions import DEFAULT_TARGET, check_readable, producer_versions, resolve_target_version
-from .weights import alias_map, nbytes
+from .weights import alias_map, has_data, nbytes, placeholder
 
 FORMAT = "torch-stablehlo-bundle"
 FORMAT_VERSION = 2
@@ -54,23 +57,28 @@ def save_bundle(path: str | os.PathLike, stablehlo_text: str, signature: Signatu
 
     Tied weights are stored once and listed as aliases; the weights are split into
     safetensors shards of at most ``shard_bytes`` of tensor data each (a larger tensor gets a shard
-    of its own).
+    of its own), written one shard at a time from the tensors as they are (no copy). Weights without
+    data (meta or fake tensors) are listed in the manifest with ``"file": null`` and not stored.
     """
     version = resolve_target_version(target_version)
     if shard_bytes <= 0:
         raise ValueError(f"shard size must be positive, got {shard_bytes} bytes")
     aliases = alias_map(weights)
-    stored = {name: weights[name].detach().contiguous() for name, target in aliases.items() if name == target}
+    unique = [name for name, target in aliases.items() if name == target]
+    stored = {name: weights[name].detach().contiguous() for name in unique if has_data(weights[name])}
+    absent = {name: weights[name] for name in unique if not has_data(weights[name])}
     with staged_folder(path, MANIFEST, "an artifact folder") as staging:
         (staging / MODULE_PORTABLE).write_bytes(portable_artifact(stablehlo_text, version))
         if include_text:
             (staging / MODULE_TEXT).write_text(stablehlo_text)
-        index = {}
-        for file_name, names in _shards(stored, shard_bytes).items():
-            safetensors.torch.save_file({name: stored[name] for name in names}, str(staging / file_name))
-            index.update({name: {"file": file_name, "dtype": dtype_name(stored[name].dtype),
-                                 "shape": list(stored[name].shape), "bytes": nbytes(stored[name])}
-                          for name in names})
+        index = {name: _record(None, tensor) for name, tensor in absent.items()}
+        shards = _shards(stored, shard_bytes) if stored else {}
+        with progress(desc="saving weights", unit="B", unit_scale=True,
+                      total=sum(nbytes(t) for t in stored.values())) as bar:
+            for file_name, names in shards.items():
+                safetensors.torch.save_file({name: stored[name] for name in names}, str(staging / file_name))
+                index.update({name: _record(file_name, stored[name]) for name in names})
+                bar.update(sum(nbytes(stored[name]) for name in names))
         manifest = {"format": FORMAT, "format_version": FORMAT_VERSION, "stablehlo_version": version,
                     "stablehlo_target": target_version, **producer_versions(),
                     "signature": signature.to_json(), "weights": index,
@@ -79,6 +87,11 @@ def save_bundle(path: str | os.PathLike, stablehlo_text: str, signature: Signatu
                               for file in sorted(staging.iterdir())}}
         (staging / MANIFEST).write_text(json.dumps(manifest, indent=1))
     return Path(path)
+
+
+def _record(file_name: str | None, tensor: torch.Tensor) -> dict:
+    return {"file": file_name, "dtype": dtype_name(tensor.dtype), "shape": list(tensor.shape),
+            "bytes": nbytes(tensor)}
 
 
 def _shards(tensors: dict[str, torch.Tensor], shard_bytes: int) -> dict[str, list[str]]:
@@ -100,7 +113,7 @@ def load_bundle(path: str | os.PathLike) -> Bundle:
     """Read a bundle, after checking its format, StableHLO version and every file's size and checksum."""
     path = Path(path)
     manifest = load_manifest(path)
-    for name in sorted(set(manifest["files"]) | {record["file"] for record in manifest["weights"].values()}):
+    for name in sorted(set(manifest["files"]) | _weight_files(manifest)):
         checked_file(path, manifest, name)
     return Bundle(_read_module(path / MODULE_PORTABLE), Signature.from_json(manifest["signature"]),
                   _read_weights(path, manifest), manifest)
@@ -164,14 +177,22 @@ def _read_module(file: Path) -> str:
         return module.operation.get_asm(enable_debug_info=True)
 
 
+def _weight_files(manifest: dict) -> set[str]:
+    return {record["file"] for record in manifest["weights"].values() if record["file"] is not None}
+
+
 def _read_weights(path: Path, manifest: dict) -> dict[str, torch.Tensor]:
+    """Every weight, read from its shard; a weight stored nowhere (a weightless bundle) is a meta
+    tensor of its shape and dtype, to be attached."""
     weights: dict[str, torch.Tensor] = {}
-    for name in sorted({record["file"] for record in manifest["weights"].values()}):
+    for name in sorted(_weight_files(manifest)):
         file = path / name
         try:
             weights.update(safetensors.torch.load_file(str(file)))
         except safetensors.SafetensorError as error:
             raise BundleError(f"{file} is not a readable safetensors file: {error}") from None
+    weights.update({name: placeholder(record["shape"], DTYPES_BY_NAME[record["dtype"]])
+                    for name, record in manifest["weights"].items() if record["file"] is None})
     absent = sorted(set(manifest["weights"]) - set(weights))
     if absent:
         raise BundleError(f"{path}: weights {absent[:5]} are listed in the manifest but not stored")

@@ -134,9 +134,13 @@ def build_parser() -> argparse.ArgumentParser:
     inspect.set_defaults(run=_inspect)
 
     coverage = commands.add_parser("coverage", parents=[common], help="write the core ATen op coverage report",
-                                   description="Write coverage.md and coverage.json: which core ATen ops have "
-                                               "a StableHLO lowering and which have a quantized form.")
+                                   description="Run the OpInfo sweep and write coverage.md and coverage.json: "
+                                               "which core ATen ops have a StableHLO lowering, how torch's OpInfo "
+                                               "samples fare per dtype and with a dynamic dim, and which ops have "
+                                               "a quantized form.")
     coverage.add_argument("--out", type=Path, default=Path("docs"), help="folder to write to (default: docs)")
+    coverage.add_argument("--ops", help="comma-separated OpInfo entries to sweep (default: all of op_db)")
+    coverage.add_argument("--jobs", type=int, help="worker processes (default: one per CPU)")
     coverage.set_defaults(run=_coverage)
     return parser
 
@@ -242,7 +246,8 @@ def _inspect(options) -> int:
 
 
 def _coverage(options) -> int:
-    for path in write_report(options.out):
+    names = options.ops.split(",") if options.ops else None
+    for path in write_report(options.out, names, options.jobs):
         print(f"wrote {path}")
     return 0
 

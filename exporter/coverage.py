@@ -1,20 +1,29 @@
-"""Which core ATen ops have a StableHLO lowering: the report in ``docs/coverage.md`` and ``docs/coverage.json``.
+"""The core ATen coverage report: ``docs/coverage.md`` and ``docs/coverage.json``.
 
-One row per core ATen overload (``torch.Tag.core``), one column per check: whether a
-lowering is registered, and whether the op has a quantized form (``!quant.uniform``
-operands); a second table lists every quantization op and what it becomes.
+One row per core ATen overload (``torch.Tag.core``): whether a lowering is registered, how the OpInfo
+samples that exercise it fared per dtype (``exporter.opinfo_sweep``), whether it passed the sweep with a
+dynamic dim 0, and whether it has a quantized form. Then every OpInfo sample that failed or errored, with
+its reason, and every sample not counted (torch.export refused it, it is random, eager raised).
 """
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
+from collections import Counter
 from pathlib import Path
 
 import torch
+from tqdm import tqdm
 
 import aten_lowerings  # noqa: F401  (registers every op family)
 from aten_lowerings.registry import lowering_for, op_name
 from quantize import quantized_lowerings
+
+from .opinfo_sweep import COUNTED, DTYPES, STATUS, dtype_name, opinfos, sweep_op
+
+DTYPE_NAMES = [dtype_name(d) for d in DTYPES]
+PASSES = ("static", "dynamic")
 
 
 def core_aten_ops() -> list[torch._ops.OpOverload]:
@@ -29,42 +38,153 @@ def core_aten_ops() -> list[torch._ops.OpOverload]:
     return sorted(ops, key=op_name)
 
 
-def coverage() -> dict:
+# -- the sweep ------------------------------------------------------------------------------------
+
+def sweep_entry(name: str) -> dict:
+    """Both passes of one OpInfo entry: ``{"static": {dtype: [SampleResult]}, "dynamic": {...}}``. The dynamic
+    pass (dim 0 of every input symbolic) tests shapes, so it runs in one dtype: the first in which a static
+    sample passed (none: nothing to learn about dynamic dims)."""
+    static = sweep_op(name)
+    passing = [dtype for dtype, results in static.items() if any(r.status == "passed" for r in results)]
+    return {"static": static, "dynamic": sweep_op(name, dynamic=True, dtypes=passing[:1]) if passing else {}}
+
+
+def run_sweep(names: list[str], jobs: int | None = None) -> dict[str, dict]:
+    """``sweep_entry`` for each name, in ``jobs`` worker processes, with a progress bar on a terminal."""
+    jobs = jobs or os.cpu_count() or 1
+    results = {}
+    with multiprocessing.get_context("spawn").Pool(jobs, initializer=_quiet_worker, maxtasksperchild=40) as pool:
+        for name, result in tqdm(pool.imap_unordered(_named_entry, names), total=len(names), disable=None,
+                                 desc="OpInfo sweep", unit="op"):
+            results[name] = result
+    return dict(sorted(results.items()))
+
+
+def _named_entry(name: str):
+    return name, sweep_entry(name)
+
+
+def _quiet_worker():
+    """Sweep modules are compiled once and thrown away: keep them out of the persistent cache."""
+    os.environ["TORCH_STABLEHLO_CACHE_DIR"] = "off"
+
+
+def letters(results: dict[str, list]) -> dict[str, str]:
+    """One letter per sample (``opinfo_sweep.STATUS``), by dtype: the form the report stores."""
+    return {dtype: "".join(STATUS[r.status] for r in samples) for dtype, samples in results.items()}
+
+
+# -- the report -----------------------------------------------------------------------------------
+
+def coverage(sweep: dict[str, dict]) -> dict:
     quantized = quantized_lowerings()
-    rows = [{"op": op_name(op), "lowering": lowering_for(op) is not None, "quantized": op_name(op) in quantized}
+    per_op = _per_core_op(sweep)
+    rows = [{"op": op_name(op), "lowering": lowering_for(op) is not None, "quantized": op_name(op) in quantized,
+             **per_op.get(op_name(op), {"opinfo": {}, "dynamic": [0, 0, 0]})}
             for op in core_aten_ops()]
     lowered = sum(row["lowering"] for row in rows)
     return {"torch_version": torch.__version__,
             "summary": {"core_ops": len(rows), "lowered": lowered, "missing": len(rows) - lowered,
-                        "quantized": sum(row["quantized"] for row in rows)},
+                        "quantized": sum(row["quantized"] for row in rows),
+                        "dynamic_core_ops": sum(row["dynamic"][0] > 0 and not any(row["dynamic"][1:]) for row in rows),
+                        **{f"opinfo_{p}": _totals(sweep, p) for p in PASSES}},
             "ops": rows,
+            "opinfo": {name: {p: letters(entry[p]) for p in PASSES} for name, entry in sweep.items()},
+            "problems": [problem for name, entry in sweep.items() for problem in _problems(name, entry)],
             "quantized_forms": quantized}
+
+
+def _per_core_op(sweep: dict) -> dict[str, dict]:
+    """passed/failed/errored counts per dtype (static pass) and in the dynamic pass, for each op any
+    counted sample exercised."""
+    counts: dict[str, dict] = {}
+    for entry in sweep.values():
+        for p in PASSES:
+            for dtype, samples in entry[p].items():
+                for result in samples:
+                    if result.status not in COUNTED:
+                        continue
+                    for op in result.aten_ops:
+                        row = counts.setdefault(op, {"opinfo": {}, "dynamic": [0, 0, 0]})
+                        cell = row["dynamic"] if p == "dynamic" else row["opinfo"].setdefault(dtype, [0, 0, 0])
+                        cell[COUNTED.index(result.status)] += 1
+    return counts
+
+
+def _totals(sweep: dict, which: str) -> dict:
+    statuses = Counter(r.status for entry in sweep.values() for samples in entry[which].values() for r in samples)
+    eligible = sum(statuses[s] for s in COUNTED)
+    return {"entries": len(sweep), "samples": sum(statuses.values()), "eligible": eligible,
+            **{s: statuses[s] for s in STATUS},
+            "pass_rate": round(statuses["passed"] / eligible, 4) if eligible else 0.0}
+
+
+def _problems(name: str, entry: dict):
+    for p in PASSES:
+        for dtype, samples in entry[p].items():
+            for index, result in enumerate(samples):
+                if result.status != "passed":
+                    yield {"opinfo": name, "pass": p, "dtype": dtype, "sample": index, "status": result.status,
+                           "reason": result.reason}
 
 
 def markdown(report: dict) -> str:
     summary = report["summary"]
-    share = summary["lowered"] / summary["core_ops"] if summary["core_ops"] else 0.0
+    static, dynamic = summary["opinfo_static"], summary["opinfo_dynamic"]
     lines = ["# Core ATen op coverage", "",
-             f"torch {report['torch_version']}: {summary['lowered']} of {summary['core_ops']} core ATen overloads "
-             f"have a StableHLO lowering ({share:.0%}); {summary['missing']} have none.", "",
              "Generated by `torch-stablehlo coverage`; do not edit.", "",
-             f"{summary['quantized']} core overloads also have a quantized form (see the second table).", "",
-             "| op | lowering | quantized |", "|---|---|---|"]
-    lines += [f"| `{row['op']}` | {_yes(row['lowering'])} | {_yes(row['quantized'])} |" for row in report["ops"]]
+             f"- torch {report['torch_version']}: **{summary['lowered']} of {summary['core_ops']}** core ATen "
+             f"overloads have a StableHLO lowering; {summary['missing']} have none.",
+             f"- OpInfo sweep (torch's `op_db`, up to 4 samples per op and dtype, compared with eager using "
+             f"`torch.testing.assert_close`'s default tolerance for the dtype; float16/bfloat16 results that miss it "
+             f"pass if they are no further from the float64 result than eager torch's own, plus that tolerance, "
+             f"the rule of torch's reference tests): **{static['passed']} of "
+             f"{static['eligible']}** eligible samples pass ({static['pass_rate']:.2%}) over {static['entries']} "
+             f"entries; {static['failed']} failed, {static['errored']} errored. Not counted: "
+             f"{static['not_exportable']} that torch.export cannot export, {static['random']} random, "
+             f"{static['eager_error']} that eager torch rejects.",
+             f"- Dynamic pass (dim 0 of every input exported as `Dim.DYNAMIC`, one dtype per entry): "
+             f"**{dynamic['passed']} of {dynamic['eligible']}** pass ({dynamic['pass_rate']:.2%}); "
+             f"{summary['dynamic_core_ops']} core ops pass every dynamic sample that exercises them; "
+             f"{dynamic['not_exportable']} samples torch.export specialises (not counted).",
+             f"- {summary['quantized']} core overloads also have a quantized form (see the last table).", "",
+             "Cells are passed/counted OpInfo samples that exercise the op (after our decompositions).", "",
+             "| op | lowering | " + " | ".join(DTYPE_NAMES) + " | dynamic | quantized |",
+             "|---|---|" + "---|" * len(DTYPE_NAMES) + "---|---|"]
+    for row in report["ops"]:
+        cells = [_cell(row["opinfo"].get(d)) for d in DTYPE_NAMES]
+        lines.append(f"| `{row['op']}` | {_yes(row['lowering'])} | " + " | ".join(cells)
+                     + f" | {_cell(row['dynamic'])} | {_yes(row['quantized'])} |")
+    for title, wanted in (("OpInfo samples that failed or errored", COUNTED[1:]),
+                          ("OpInfo samples not counted", ("not_exportable", "random", "eager_error"))):
+        problems = [p for p in report["problems"] if p["status"] in wanted]
+        lines += ["", f"## {title} ({len(problems)})", "", "| entry | pass | dtype | sample | status | reason |",
+                  "|---|---|---|---|---|---|"]
+        lines += [f"| `{p['opinfo']}` | {p['pass']} | {p['dtype']} | {p['sample']} | {p['status']} | "
+                  f"{_escape(p['reason'])} |" for p in problems]
     lines += ["", "## Quantized lowerings", "", "| op | becomes |", "|---|---|"]
     lines += [f"| `{op}` | {form} |" for op, form in sorted(report["quantized_forms"].items())]
     return "\n".join(lines) + "\n"
+
+
+def _cell(counts) -> str:
+    return f"{counts[0]}/{sum(counts)}" if counts and sum(counts) else "-"
 
 
 def _yes(flag: bool) -> str:
     return "yes" if flag else "no"
 
 
-def write_report(out_dir: str | os.PathLike) -> list[Path]:
-    """Write ``coverage.md`` and ``coverage.json`` into ``out_dir``; returns their paths."""
+def _escape(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def write_report(out_dir: str | os.PathLike, names: list[str] | None = None, jobs: int | None = None) -> list[Path]:
+    """Sweep ``names`` (default: every OpInfo entry) and write ``coverage.md`` and ``coverage.json`` into
+    ``out_dir``; returns their paths."""
+    report = coverage(run_sweep(sorted(opinfos()) if names is None else names, jobs))
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    report = coverage()
     paths = [out_dir / "coverage.md", out_dir / "coverage.json"]
     paths[0].write_text(markdown(report))
     paths[1].write_text(json.dumps(report, indent=1) + "\n")

@@ -1,6 +1,8 @@
 """Errors raised by the exporter, each saying what was wrong and what would be right."""
 from __future__ import annotations
 
+from runtime.validation import InputError
+
 
 class ExportError(Exception):
     """Base class for conversion errors."""
@@ -23,9 +25,20 @@ class LoweringError(ExportError):
     """A lowering rule failed on a node; names the node, the op and where it came from."""
 
 
+class DimensionError(InputError):
+    """A symbolic dim of an input is out of its range, or disagrees with another dim it must equal (the same
+    symbol on another input, or a derived dim such as ``2*batch``); names the input, the dim, the value given
+    and the range or relation it breaks. A ValueError, like every InputError."""
+
+
 class BundleError(Exception):
     """A bundle folder cannot be read: a file is missing, truncated or corrupt, or the manifest is invalid."""
 
 
 class BundleVersionError(BundleError):
     """A bundle needs a StableHLO (or bundle format) version this installation cannot read."""
+
+
+class WeightsError(ValueError):
+    """A weightless artifact cannot run yet, or the weights offered to it do not fit: names every weight
+    missing from the source or found there with another shape or dtype."""

@@ -6,27 +6,32 @@ are folded in as the Python values torch.export specialised them to.
 """
 from __future__ import annotations
 
+import itertools
 import operator
 from typing import Sequence
 
 import torch
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import func
+from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
 import aten_lowerings  # noqa: F401  (registers every op family)
 from aten_lowerings.context import LoweringContext
 from aten_lowerings.mlir_types import tensor_type
 from aten_lowerings.registry import lowering_for, op_name
+from aten_lowerings.sampling import RNG_SEED_DTYPE, RNG_SEED_NAME, seeded_key, uses_random
 from aten_lowerings.shape_values import SymbolicDims
 
 from .errors import LoweringError
 from .locations import LocationCache, describe
+from .progress import progress
 
 def _is_tensor_meta(meta) -> bool:
     return isinstance(meta, torch.Tensor)
 
 def _is_size_meta(meta) -> bool:
-    return isinstance(meta, torch.SymInt)
+    """A SymInt over input dims (not a data-dependent one, from ``.item()`` or ``nonzero``)."""
+    return isinstance(meta, torch.SymInt) and not free_unbacked_symbols(meta)
 
 class GraphLowering:
     """Lowers the graph of one ExportedProgram into a fresh ``ir.Module``."""
@@ -35,6 +40,8 @@ class GraphLowering:
         self.graph_module = graph_module
         self.dims = SymbolicDims()
         self.locations = LocationCache()
+        self._seed: ir.Value | None = None  # @main's last argument where the graph draws random numbers
+        self._keys = itertools.count()
 
     def lower(self, context: ir.Context, arg_names: Sequence[str] | None = None,
               function_name: str = "main") -> ir.Module:
@@ -45,16 +52,23 @@ class GraphLowering:
             module = ir.Module.create()
             with ir.InsertionPoint(module.body):
                 arg_types = [tensor_type(n.meta["val"].shape, n.meta["val"].dtype) for n in tensor_inputs]
+                names = list(arg_names or [n.name for n in tensor_inputs])
+                random = uses_random(self.graph_module)
+                if random:  # after the user inputs, like the signature's rng_seed slot
+                    arg_types.append(tensor_type([], RNG_SEED_DTYPE))
+                    names = names[:len(tensor_inputs)] + [RNG_SEED_NAME]
                 function = func.FuncOp(function_name, (arg_types, []))
                 function.attributes["sym_visibility"] = ir.StringAttr.get("public")
-                names = arg_names or [n.name for n in tensor_inputs]
                 block = function.add_entry_block(arg_locs=[ir.Location.name(name) for name in names])
+                self._seed = block.arguments[-1] if random else None
             for node, argument in zip(tensor_inputs, block.arguments):
                 self.dims.bind_input(argument, node.meta["val"].shape)
             with ir.InsertionPoint(block):
                 argument_of = dict(zip(tensor_inputs, block.arguments))
                 inputs = [argument_of[n] if n in argument_of else n.meta.get("val") for n in placeholders]
-                results = self.lower_graph(self.graph_module, inputs)
+                output = next(n for n in self.graph_module.graph.nodes if n.op == "output")
+                results = [r for r, a in zip(self.lower_graph(self.graph_module, inputs), output.args[0])
+                           if isinstance(a, torch.fx.Node)]  # constant outputs live in the signature
                 func.ReturnOp(results)
             function.attributes["function_type"] = ir.TypeAttr.get(
                 ir.FunctionType.get(arg_types, [r.type for r in results]))
@@ -68,7 +82,10 @@ class GraphLowering:
         """Lower a graph given the values of its placeholders; returns its flat outputs."""
         env: dict[torch.fx.Node, object] = {}
         placeholders = iter(inputs)
-        for node in graph_module.graph.nodes:
+        nodes = graph_module.graph.nodes
+        if graph_module is self.graph_module:  # the top graph: a progress bar if it runs long on a terminal
+            nodes = progress(nodes, desc="lowering", unit="node", total=len(nodes))
+        for node in nodes:
             if node.op == "placeholder":
                 env[node] = next(placeholders)
             elif node.op == "get_attr":
@@ -95,7 +112,7 @@ class GraphLowering:
                 raise LoweringError(f"no lowering for {name} at {describe(node)}")
             args = torch.fx.node.map_arg(node.args, env.__getitem__)
             kwargs = torch.fx.node.map_arg(node.kwargs, env.__getitem__)
-            ctx = LoweringContext(node, self.dims, self.lower_graph)
+            ctx = LoweringContext(node, self.dims, self.lower_graph, self._rng_key if self._seed is not None else None)
             try:
                 return rule(ctx, *args, **kwargs)
             except LoweringError:
@@ -104,6 +121,10 @@ class GraphLowering:
                 raise LoweringError(
                     f"lowering {name} failed at {describe(node)}: {type(error).__name__}: {error}\n"
                     f"  node: {node.format_node()}") from error
+
+    def _rng_key(self) -> ir.Value:
+        return seeded_key(self._seed, next(self._keys))
+
 
 def unsupported_targets(graph_module: torch.fx.GraphModule) -> dict:
     """Every call target (nested graphs included) without a lowering: target -> list of nodes."""

@@ -31,8 +31,9 @@ class JaxModel:
 
     def apply(self, weights, *args, **kwargs):
         """Run with ``weights`` (``@main`` order, as ``self.weights``). 64-bit inputs need JAX's x64 mode."""
-        outputs = self.exported.call(*weights, *self.signature.tensor_inputs(args, kwargs))
-        return self.signature.unflatten_outputs(list(outputs))
+        results = iter(self.exported.call(*weights, *self.signature.tensor_inputs(args, kwargs)))
+        return self.signature.unflatten_outputs(  # constant outputs are the signature's, not @main's
+            [next(results) if slot.tensor is not None else slot.value for slot in self.signature.outputs])
 
     def __call__(self, *args, **kwargs):
         with jax.enable_x64(True):  # scoped, as in runtime.pjrt: int64/float64 inputs stay 64-bit
@@ -42,13 +43,13 @@ class JaxModel:
 def to_jax(artifact, target_version: str = DEFAULT_TARGET) -> JaxModel:
     """The JAX handoff of ``artifact`` (a StableHLOArtifact); its weights are placed on JAX's default device."""
     signature = artifact.signature
-    mutated = [slot.target for slot in signature.outputs if slot.kind == "buffer_mutation"]
+    mutated = [slot.target for slot in signature.outputs if slot.kind in ("buffer_mutation", "user_input_mutation")]
     if mutated:
         raise NotImplementedError(f"to_jax: the program updates buffers in place ({', '.join(mutated)}), "
                                   "which a JAX function cannot do; export a forward without in-place updates")
     scope = jax_export.SymbolicScope(_dim_constraints(signature.dims))
     in_avals = tuple(_aval(slot.tensor, scope) for slot in signature.inputs if slot.tensor is not None)
-    out_avals = tuple(_aval(slot.tensor, scope) for slot in signature.outputs)
+    out_avals = tuple(_aval(slot.tensor, scope) for slot in signature.main_outputs)
     exported = jax_export.Exported(  # its fields as of jax 0.10 (the ones named _... too)
         fun_name="main",
         in_tree=jax.tree_util.tree_structure((tuple(range(len(in_avals))), {})),

@@ -5,6 +5,7 @@ import os
 from pathlib import Path
 
 import numpy as np
+import torch
 
 from runtime.dtypes import to_numpy, to_torch
 
@@ -23,7 +24,8 @@ def run_npz(bundle: str | os.PathLike, inputs: str | os.PathLike, output: str | 
                          + (f"; missing {missing}" if missing else "")
                          + (f"; unexpected {unexpected}" if unexpected else ""))
     outputs = artifact.run_flat([to_torch(arrays[name]) for name in names])
-    named = {slot.tensor.name: to_numpy(value) for slot, value in zip(artifact.signature.user_outputs, outputs)}
+    named = {slot.tensor.name: to_numpy(torch.as_tensor(value))  # a Python scalar as a 0-d array; constants left out
+             for slot, value in zip(artifact.signature.user_outputs, outputs) if slot.tensor is not None}
     Path(output).parent.mkdir(parents=True, exist_ok=True)
     np.savez(output, **named)
     return named

@@ -43,7 +43,7 @@ class ServedModule(tf.Module):
                      for name, target in aliases.items() if name == target}
         self.weight_variables = [variables[aliases[slot.target]] for slot in signature.weights]
         self._variable_of = {name: variables[target] for name, target in aliases.items()}
-        self._outputs = signature.outputs
+        self._outputs = signature.main_outputs  # a constant output is not served
         self._call_options = dict(
             version=CALLING_CONVENTION_VERSION,
             module=xla_module_bytes(artifact.stablehlo_text, signature, target_version),

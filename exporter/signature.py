@@ -1,6 +1,7 @@
 """The artifact's calling convention: what ``@main`` takes and returns, and the pytrees around it."""
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import re
 from dataclasses import dataclass, field
@@ -10,8 +11,11 @@ import torch
 import torch.utils._pytree as pytree
 from torch.export.graph_signature import InputKind, OutputKind
 
-from runtime.specs import TensorSpec
+from aten_lowerings.sampling import RNG_SEED_DTYPE, RNG_SEED_NAME, uses_random
+from runtime.specs import TensorSpec, dtype_name
 from runtime.validation import InputError
+
+from . import symbolic_dims
 
 WEIGHT_KINDS = ("parameter", "buffer", "constant")
 
@@ -20,7 +24,7 @@ WEIGHT_KINDS = ("parameter", "buffer", "constant")
 class InputSlot:
     """One graph placeholder: a weight (``target`` = state-dict key) or a user input."""
     name: str
-    kind: str                      # "parameter" | "buffer" | "constant" | "user_input"
+    kind: str                      # "parameter" | "buffer" | "constant" | "user_input" | "rng_seed"
     target: str | None
     tensor: TensorSpec | None      # None for a non-tensor input that export specialised
     value: object = None           # that specialised value
@@ -37,16 +41,33 @@ class InputSlot:
 
 @dataclass(frozen=True)
 class OutputSlot:
-    kind: str                      # "user_output" | "buffer_mutation"
-    target: str | None             # the mutated buffer's state-dict key
-    tensor: TensorSpec
+    """One output of the program: a result of ``@main`` (``tensor``) or a constant it returns (``value``)."""
+    kind: str                      # "user_output" | "buffer_mutation" | "user_input_mutation"
+    target: str | None             # the mutated buffer's state-dict key, or the mutated user input's name
+    tensor: TensorSpec | None      # None for a constant output (not among @main's results)
+    scalar: str | None = None      # "int" | "float" | "bool": a SymInt/SymFloat/SymBool, a 0-d tensor in @main
+    value: object = None           # a constant output's value
 
     def to_json(self) -> dict:
-        return {"kind": self.kind, "target": self.target, "tensor": self.tensor.to_json()}
+        return {"kind": self.kind, "target": self.target, "tensor": self.tensor.to_json() if self.tensor else None,
+                "scalar": self.scalar, "value": self.value}
 
     @classmethod
     def from_json(cls, data: dict) -> "OutputSlot":
-        return cls(data["kind"], data["target"], TensorSpec.from_json(data["tensor"]))
+        tensor = TensorSpec.from_json(data["tensor"]) if data["tensor"] else None
+        return cls(data["kind"], data["target"], tensor, data.get("scalar"), data.get("value"))
+
+    def user_value(self, result):
+        """The Python value the caller gets for this user output from its ``@main`` result (None for a constant)."""
+        if self.tensor is None:
+            return self.value
+        return _SCALAR_TYPES[self.scalar](result.item()) if self.scalar else result
+
+
+_SCALAR_TYPES = {"int": int, "float": float, "bool": bool}
+_SCALAR_OF_META = {torch.SymInt: "int", int: "int", torch.SymFloat: "float", float: "float",
+                   torch.SymBool: "bool", bool: "bool"}
+_SCALAR_DTYPES = {"int": torch.int64, "float": torch.float64, "bool": torch.bool}
 
 
 @dataclass
@@ -67,13 +88,29 @@ class Signature:
         return [s for s in self.inputs if s.kind == "user_input"]
 
     @property
+    def takes_rng_seed(self) -> bool:
+        """Whether ``@main`` ends with the ``rng_seed`` argument (the program draws random numbers)."""
+        return any(s.kind == "rng_seed" for s in self.inputs)
+
+    @property
     def user_outputs(self) -> list[OutputSlot]:
         return [s for s in self.outputs if s.kind == "user_output"]
+
+    @property
+    def main_outputs(self) -> list[OutputSlot]:
+        """The outputs ``@main`` returns, in its order (constant outputs are not among them)."""
+        return [s for s in self.outputs if s.tensor is not None]
 
     @property
     def is_dynamic(self) -> bool:
         """Whether any user input has a symbolic dim."""
         return any(isinstance(d, str) for s in self.user_inputs if s.tensor for d in s.tensor.shape)
+
+    def check_dims(self, tensors: list) -> dict[str, int]:
+        """Bind the symbolic dims from the tensor inputs (``@main`` order) and check each against its range and
+        the other dims it must equal; raises DimensionError. Returns symbol -> size."""
+        specs = [s.tensor for s in self.user_inputs if s.tensor is not None]
+        return symbolic_dims.check_dims(specs, tensors, self.dims) if self.is_dynamic else {}
 
     def tensor_inputs(self, args: tuple, kwargs: dict) -> list:
         """The tensor leaves of ``(args, kwargs)`` in ``@main`` order, after checking the structure
@@ -125,13 +162,16 @@ class Signature:
         lines += [f"  {name} in [{low}, {'inf' if high is None else high}]" for name, (low, high) in self.dims.items()]
         lines.append(f"weights: {len(self.weights)} tensors")
         lines.append("outputs:")
-        lines += [f"  {s.tensor.name}: {s.tensor.dtype}{list(s.tensor.shape)}" for s in self.user_outputs]
+        lines += [f"  {s.tensor.name}: {s.scalar or s.tensor.dtype}{'' if s.scalar else list(s.tensor.shape)}"
+                  if s.tensor else f"  constant: {s.value!r}" for s in self.user_outputs]
+        lines += [f"  updates input {s.target}" for s in self.outputs if s.kind == "user_input_mutation"]
         return "\n".join(lines)
 
 
 _INPUT_KINDS = {InputKind.PARAMETER: "parameter", InputKind.BUFFER: "buffer",
                 InputKind.CONSTANT_TENSOR: "constant", InputKind.USER_INPUT: "user_input"}
-_OUTPUT_KINDS = {OutputKind.USER_OUTPUT: "user_output", OutputKind.BUFFER_MUTATION: "buffer_mutation"}
+_OUTPUT_KINDS = {OutputKind.USER_OUTPUT: "user_output", OutputKind.BUFFER_MUTATION: "buffer_mutation",
+                 OutputKind.USER_INPUT_MUTATION: "user_input_mutation"}
 
 
 def signature_of(ep: torch.export.ExportedProgram) -> Signature:
@@ -149,20 +189,34 @@ def signature_of(ep: torch.export.ExportedProgram) -> Signature:
         tensor = TensorSpec.from_meta(name, meta) if isinstance(meta, torch.Tensor) else None
         value = None if tensor is not None else _plain(meta)
         inputs.append(InputSlot(name, kind, spec.target, tensor, value))
+    if uses_random(ep.graph_module):  # GraphLowering appends it to @main's arguments
+        seed = TensorSpec(RNG_SEED_NAME, dtype_name(RNG_SEED_DTYPE), ())
+        inputs.append(InputSlot(RNG_SEED_NAME, "rng_seed", None, seed))
     output_node = next(n for n in ep.graph.nodes if n.op == "output")
     outputs = []
     user_outputs = 0
     for spec, node in zip(ep.graph_signature.output_specs, output_node.args[0]):
         kind = _OUTPUT_KINDS.get(spec.kind)
-        meta = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
-        if kind is None or not isinstance(meta, torch.Tensor):
-            raise NotImplementedError(
-                f"output {spec.arg} of kind {spec.kind} is not supported: outputs must be tensors "
-                "(return tensors, or pytrees of tensors, from forward)")
         name = f"output_{user_outputs}" if kind == "user_output" else spec.target
+        if kind == "user_output" and not isinstance(node, torch.fx.Node):  # a constant forward returns
+            outputs.append(OutputSlot(kind, None, None, value=_plain(node)))
+            user_outputs += 1
+            continue
+        meta = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+        scalar = _SCALAR_OF_META.get(type(meta)) if kind == "user_output" else None
+        if kind is None or not (isinstance(meta, torch.Tensor) or scalar):
+            raise NotImplementedError(
+                f"output {spec.arg} of kind {spec.kind} is not supported: outputs must be tensors, "
+                "Python scalars or constants (return them, or pytrees of them, from forward)")
         user_outputs += kind == "user_output"
-        outputs.append(OutputSlot(kind, spec.target, TensorSpec.from_meta(name, meta)))
+        tensor = (TensorSpec(name, dtype_name(_SCALAR_DTYPES[scalar]), ()) if scalar
+                  else TensorSpec.from_meta(name, meta))
+        outputs.append(OutputSlot(kind, spec.target, tensor, scalar))
     in_spec, out_spec = call_signature.in_spec, call_signature.out_spec
+    names = symbolic_dims.user_dim_names(ep)  # torch's s77 -> the user's Dim name, where torch kept it
+    if names:
+        inputs = [dataclasses.replace(s, tensor=symbolic_dims.renamed_spec(s.tensor, names)) for s in inputs]
+        outputs = [dataclasses.replace(s, tensor=symbolic_dims.renamed_spec(s.tensor, names)) for s in outputs]
     signature = Signature(inputs, outputs, pytree.treespec_dumps(_serializable(in_spec)),
                           pytree.treespec_dumps(_serializable(out_spec)), _dim_ranges(ep))
     signature._trees.update(in_spec=in_spec, out_spec=out_spec)  # in this process: the exact types
@@ -174,7 +228,8 @@ def _dim_ranges(ep: torch.export.ExportedProgram) -> dict[str, list]:
     def bound(value):  # torch's int_oo claims to be finite; only plain integers are bounds
         return int(value) if isinstance(value, (int, sympy.Integer)) else None
 
-    return {str(symbol): [bound(r.lower), bound(r.upper)]
+    names = symbolic_dims.user_dim_names(ep)
+    return {symbolic_dims.rename_dim(str(symbol), names): [bound(r.lower), bound(r.upper)]
             for symbol, r in sorted(ep.range_constraints.items(), key=lambda item: str(item[0]))}
 
 

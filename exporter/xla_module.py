@@ -10,7 +10,7 @@ from __future__ import annotations
 from jaxlib.mlir import ir
 
 from runtime.mlir_context import make_context
-from runtime.passes import portable_artifact, prepare_for_xla
+from runtime.passes import portable_artifact, prepare_for_xla, run_pipeline
 
 from .signature import Signature
 from .versions import resolve_target_version
@@ -18,14 +18,17 @@ from .versions import resolve_target_version
 CALLING_CONVENTION_VERSION = 9
 # tells XlaCallModule (and jax) to refine the module's symbolic shapes from the actual inputs
 SHAPE_POLYMORPHISM_ATTR = "jax.uses_shape_polymorphism"
+# their refinement (stablehlo-refine-shapes) refines called functions but not a composite's decomposition
+COMPOSITES_TO_CALLS = "builtin.module(func.func(stablehlo-legalize-composite-to-call))"
 
 
 def xla_module_bytes(stablehlo_text: str, signature: Signature, target_version: str) -> bytes:
-    """A portable artifact of the module as XLA compiles it, marked for shape refinement if it has symbolic dims."""
+    """A portable artifact of the module as XLA compiles it, marked for shape refinement if it has symbolic dims
+    (composites then become calls of their decompositions, which that refinement handles)."""
     text = prepare_for_xla(stablehlo_text)
     if signature.is_dynamic:
         with make_context():
-            module = ir.Module.parse(text)
+            module = run_pipeline(ir.Module.parse(text), COMPOSITES_TO_CALLS)
             module.operation.attributes[SHAPE_POLYMORPHISM_ATTR] = ir.BoolAttr.get(True)
             text = module.operation.get_asm(enable_debug_info=True)
     return portable_artifact(text, resolve_target_version(target_version))

@@ -39,13 +39,21 @@ class Built:
 @dataclass(frozen=True)
 class ZooEntry:
     name: str
-    factory: Callable[[], Built]
+    factory: Callable[..., Built]
     tolerance: float = F32_TOLERANCE      # max abs error / max |golden|, per output
     tags: tuple[str, ...] = ()
     description: str = ""
 
-    def build(self) -> Built:
-        return self.factory()
+    def build(self, **size) -> Built:
+        """The golden model and inputs; ``size`` (e.g. ``batch=8, length=128`` for text models, ``batch=8,
+        image_size=224`` for vision ones) builds other input sizes, as ``bench/run_speed.py`` does. Goldens are
+        stored for the default size only."""
+        return self.factory(**size)
+
+    @property
+    def dynamic(self) -> "DynamicVariant | None":
+        """The entry's dynamic-shape variant (``DYNAMIC`` below), if it has one."""
+        return DYNAMIC.get(self.name)
 
 
 ZOO: dict[str, ZooEntry] = {}
@@ -117,9 +125,9 @@ class MLP(nn.Module):
 
 
 @register("mlp", tags=("torch", "small"), description="Linear/GELU/LayerNorm/ReLU MLP with a residual connection")
-def _mlp() -> Built:
+def _mlp(batch: int = 4) -> Built:
     model = _seeded(MLP)
-    x = torch.randn(4, 16, generator=_generator())
+    x = torch.randn(batch, 16, generator=_generator())
     return Built(model, (x,))
 
 
@@ -157,20 +165,20 @@ def _randomize_batchnorm(model: nn.Module) -> None:
 
 @register("cnn", tags=("torch", "small", "conv"),
           description="Conv2d/BatchNorm2d(eval)/ReLU/MaxPool2d/AdaptiveAvgPool2d/Linear")
-def _cnn() -> Built:
+def _cnn(batch: int = 2, image_size: int = 32) -> Built:
     def build():
         model = CNN()
         _randomize_batchnorm(model)
         return model
 
     model = _seeded(build)
-    x = torch.randn(2, 3, 32, 32, generator=_generator())
+    x = torch.randn(batch, 3, image_size, image_size, generator=_generator())
     return Built(model, (x,))
 
 
 # -- transformers models (built from configs, random weights) -----------------------------
 
-def _gpt2(n_layer: int | None, **config_options) -> Built:
+def _gpt2(n_layer: int | None, batch: int = 1, length: int = 8, **config_options) -> Built:
     from transformers import GPT2Config, GPT2LMHeadModel
 
     options = dict(use_cache=False, **config_options)
@@ -179,32 +187,32 @@ def _gpt2(n_layer: int | None, **config_options) -> Built:
     config = GPT2Config(**options)
     model = _seeded(lambda: GPT2LMHeadModel(config))
     generator = _generator()
-    input_ids = _tokens(config.vocab_size, 1, 8, generator)
+    input_ids = _tokens(config.vocab_size, batch, length, generator)
     attention_mask = torch.ones_like(input_ids)
     return Built(model, (), {"input_ids": input_ids, "attention_mask": attention_mask})
 
 
 @register("gpt2_2layer", tags=("transformers", "small", "attention", "sdpa", "kwargs"),
           description="GPT2LMHeadModel, 2 layers, sdpa attention, kwargs inputs")
-def _gpt2_2layer() -> Built:
-    return _gpt2(2)
+def _gpt2_2layer(**size) -> Built:
+    return _gpt2(2, **size)
 
 
 @register("gpt2_2layer_eager", tags=("transformers", "small", "attention", "eager_attention", "kwargs"),
           description="GPT2LMHeadModel, 2 layers, eager (matmul/softmax) attention")
-def _gpt2_2layer_eager() -> Built:
-    return _gpt2(2, attn_implementation="eager")
+def _gpt2_2layer_eager(**size) -> Built:
+    return _gpt2(2, attn_implementation="eager", **size)
 
 
 @register("gpt2_12layer", tags=("transformers", "large", "slow", "attention", "sdpa", "kwargs", "demo"),
           description="GPT2LMHeadModel with GPT2Config() defaults (12 layers, 768 wide)")
-def _gpt2_12layer() -> Built:
-    return _gpt2(None)
+def _gpt2_12layer(**size) -> Built:
+    return _gpt2(None, **size)
 
 
 @register("llama", tags=("transformers", "small", "attention", "sdpa", "gqa", "rope", "rmsnorm"),
           description="LlamaForCausalLM: RMSNorm, RoPE, SwiGLU, GQA (4 heads / 2 kv heads)")
-def _llama() -> Built:
+def _llama(batch: int = 1, length: int = 8) -> Built:
     from transformers import LlamaConfig, LlamaForCausalLM
 
     config = LlamaConfig(vocab_size=1000, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
@@ -212,20 +220,19 @@ def _llama() -> Built:
                          use_cache=False)
     model = _seeded(lambda: LlamaForCausalLM(config))
     generator = _generator()
-    input_ids = _tokens(config.vocab_size, 1, 8, generator)
+    input_ids = _tokens(config.vocab_size, batch, length, generator)
     return Built(model, (), {"input_ids": input_ids, "attention_mask": torch.ones_like(input_ids)})
 
 
 @register("bert", tags=("transformers", "small", "attention", "sdpa", "padding_mask"),
           description="BertModel with input_ids, a padding attention_mask and token_type_ids")
-def _bert() -> Built:
+def _bert(batch: int = 2, length: int = 8) -> Built:
     from transformers import BertConfig, BertModel
 
     config = BertConfig(vocab_size=1000, hidden_size=128, num_hidden_layers=2, num_attention_heads=4,
                         intermediate_size=256, max_position_embeddings=128)
     model = _seeded(lambda: BertModel(config))
     generator = _generator()
-    batch, length = 2, 8
     input_ids = _tokens(config.vocab_size, batch, length, generator)
     token_type_ids = torch.zeros(batch, length, dtype=torch.long)
     token_type_ids[:, length // 2:] = 1  # two segments
@@ -236,14 +243,68 @@ def _bert() -> Built:
 
 @register("vit", tags=("transformers", "small", "attention", "sdpa", "conv"),
           description="ViTModel: 32x32 images, 8x8 patches")
-def _vit() -> Built:
+def _vit(batch: int = 2, image_size: int = 32) -> Built:
     from transformers import ViTConfig, ViTModel
 
-    config = ViTConfig(image_size=32, patch_size=8, num_channels=3, hidden_size=128, num_hidden_layers=2,
+    config = ViTConfig(image_size=image_size, patch_size=8, num_channels=3, hidden_size=128, num_hidden_layers=2,
                        num_attention_heads=4, intermediate_size=256)
     model = _seeded(lambda: ViTModel(config))
-    pixel_values = torch.randn(2, 3, 32, 32, generator=_generator())
+    pixel_values = torch.randn(batch, 3, image_size, image_size, generator=_generator())
     return Built(model, (pixel_values,))  # positional: the args path for a transformers model
 
+
+
+# -- dynamic variants: one export with symbolic dims, checked at several sizes (python -m golden.dynamic) ----------
+
+@dataclass(frozen=True)
+class DynamicVariant:
+    """``ranges`` maps factory size parameters made symbolic to (min, max); ``dims`` maps each input (a kwarg
+    name or an arg position) to {tensor dim: size parameter}. The model is exported once, at ``example`` (a
+    size-1 example dim would be specialised by torch.export, so every example size is >= 2; a range may
+    still start at 1), then run at every size in ``sizes``, which hold each range's min and max."""
+    ranges: dict[str, tuple[int, int]]
+    dims: dict[str | int, dict[int, str]]
+    sizes: tuple[dict[str, int], ...]
+    example: dict[str, int]
+
+    DIM_NAMES = {"batch": "batch", "length": "seq"}
+
+    def dynamic_shapes(self, built: Built):
+        """torch.export's ``dynamic_shapes`` for ``built``'s inputs, with fresh ``Dim`` objects."""
+        named = {param: torch.export.Dim(self.DIM_NAMES.get(param, param), min=low, max=high)
+                 for param, (low, high) in self.ranges.items()}
+        specs = {key: {dim: named[param] for dim, param in dims.items()} for key, dims in self.dims.items()}
+        if built.kwargs:
+            return {key: specs.get(key) for key in built.kwargs}
+        return tuple(specs.get(i) for i in range(len(built.args)))
+
+
+def _batch_variant(high: int) -> DynamicVariant:
+    return DynamicVariant({"batch": (1, high)}, {0: {0: "batch"}},
+                          ({"batch": 1}, {"batch": 3}, {"batch": high}), {"batch": 2})
+
+
+def _text_variant(inputs: tuple[str, ...], max_length: int) -> DynamicVariant:
+    """Batch 1..8 and sequence 2..``max_length``; sequences start at 2: a length-1 example is specialised by
+    torch.export, and one token is not a sequence worth a dynamic dim."""
+    return DynamicVariant({"batch": (1, 8), "length": (2, max_length)},
+                          {name: {0: "batch", 1: "length"} for name in inputs},
+                          ({"batch": 1, "length": 2}, {"batch": 3, "length": 17}, {"batch": 8, "length": 8},
+                           {"batch": 2, "length": max_length}), {"batch": 2, "length": 8})
+
+
+_GPT2_INPUTS = ("input_ids", "attention_mask")
+# GPT-2 allows 1024 positions: 128 keeps the largest call's logits (50257 wide) small; llama and bert go to
+# their configs' max_position_embeddings
+DYNAMIC: dict[str, DynamicVariant] = {
+    "mlp": _batch_variant(64),
+    "cnn": _batch_variant(16),
+    "vit": _batch_variant(8),
+    "gpt2_2layer": _text_variant(_GPT2_INPUTS, 128),
+    "gpt2_2layer_eager": _text_variant(_GPT2_INPUTS, 128),
+    "gpt2_12layer": _text_variant(_GPT2_INPUTS, 128),
+    "llama": _text_variant(_GPT2_INPUTS, 256),
+    "bert": _text_variant(("input_ids", "attention_mask", "token_type_ids"), 128),
+}
 
 from . import quantized  # noqa: E402,F401  (registers the quantized entries)

@@ -1,6 +1,8 @@
 """Compiled executables kept on disk, so a second process running the same module compiles nothing.
 
-The key covers the module, the platform and its version, and jaxlib's version.
+The key covers the module, the platform and its version, jaxlib's version and the compile
+options (their serialized proto, which includes XLA's debug options from ``$XLA_FLAGS``),
+so an executable built with other options is never returned.
 Entries carry a checksum: a corrupt or unreadable entry is deleted and rebuilt.
 Writes go to a temporary file renamed into place, so processes writing at once
 are safe; the folder is kept under a size bound by evicting the least recently
@@ -39,8 +41,10 @@ class CompileCache:
         return cls(directory, int(os.environ.get(MAX_BYTES_VARIABLE, DEFAULT_MAX_BYTES)))
 
     @staticmethod
-    def key(module_fingerprint: str, client) -> str:
-        parts = (module_fingerprint, client.platform, client.platform_version, jaxlib.__version__)
+    def key(module_fingerprint: str, client, compile_options=None) -> str:
+        """``compile_options``: the ``CompileOptions`` the executable is compiled with (None: the defaults)."""
+        parts = (module_fingerprint, client.platform, client.platform_version, jaxlib.__version__,
+                 canonical_options(compile_options))
         return hashlib.sha256("\0".join(parts).encode()).hexdigest()
 
     def load(self, key: str, client, devices):
@@ -85,3 +89,16 @@ class CompileCache:
                 break
             path.unlink(missing_ok=True)
             total -= size
+
+
+def canonical_options(compile_options=None) -> str:
+    """A canonical form of ``CompileOptions`` for the key: the sha256 of its serialized proto, with the
+    environment option overrides (a list of pairs, the only unordered part) sorted by name first."""
+    from jaxlib import _jax
+
+    options = _jax.CompileOptions() if compile_options is None else compile_options
+    overrides = list(options.env_option_overrides)
+    if overrides:
+        options = _jax.CompileOptions.ParseFromString(options.SerializeAsString())  # a copy
+        options.env_option_overrides = sorted(overrides, key=lambda pair: pair[0])
+    return hashlib.sha256(options.SerializeAsString()).hexdigest()

@@ -3,14 +3,18 @@ from __future__ import annotations
 
 from functools import lru_cache
 
+from jaxlib import _jax
 from jaxlib.mlir import ir, passmanager
 from jaxlib.mlir.dialects import stablehlo
 
 from .mlir_context import make_context
 from .rewrites import expand_explicit_broadcasts, sign_quant_storage
 
-# chlo ops (erf, ...) have no portable (VHLO) form: expand them into StableHLO first.
+# chlo ops (erf, ...) have no VHLO form, so stablehlo's serializer rejects them: expand them into StableHLO first.
 LEGALIZE_CHLO = "builtin.module(func.func(chlo-legalize-to-stablehlo))"
+# With dynamic shapes that expansion computes shapes in the shape dialect (shape_of, index casts), which no
+# portable artifact may hold: those become StableHLO shape arithmetic (get_dimension_size, concatenate).
+LEGALIZE_SHAPES = "builtin.module(func.func(shape-legalize-to-stablehlo),canonicalize)"
 # quant types (which PJRT refuses) as integer and float math; it emits chlo broadcasts
 LEGALIZE_QUANT = "builtin.module(func.func(stablehlo-legalize-quant-to-math))"
 
@@ -28,23 +32,50 @@ def run_pipeline(module: ir.Module, pipeline: str) -> ir.Module:
 
 
 def portable_artifact(mlir_text: str, target_version: str) -> bytes:
-    """Serialize a module as a versioned StableHLO portable artifact (chlo expanded)."""
+    """Serialize a module as a versioned StableHLO portable artifact, chlo expanded into StableHLO (with dynamic
+    shapes, the shape computations that expansion emits too). Should some op still be outside StableHLO, the
+    module is serialized with its chlo ops kept, as jax.export does (chlo passes through, unversioned)."""
     with make_context():
         module = run_pipeline(ir.Module.parse(mlir_text), LEGALIZE_CHLO)
-        return stablehlo.serialize_portable_artifact(module, target_version)
+        if _foreign_ops(module):
+            run_pipeline(module, LEGALIZE_SHAPES)
+        if not _foreign_ops(module):
+            return stablehlo.serialize_portable_artifact(module, target_version)
+    return _jax.mlir.serialize_portable_artifact(mlir_text, target_version)
 
 
-def prepare_for_xla(mlir_text: str) -> str:
+_PORTABLE_DIALECTS = ("builtin.", "func.", "stablehlo.", "chlo.", "quant.")
+
+
+def _foreign_ops(module: ir.Module) -> list[str]:
+    """Names of the ops of ``module`` from dialects a portable artifact cannot hold (shape, tensor, arith)."""
+    found = []
+
+    def visit(op):
+        if not op.name.startswith(_PORTABLE_DIALECTS):
+            found.append(op.name)
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+    return found
+
+
+def prepare_for_xla(mlir_text: str, refine=None) -> str:
     """The module as XLA compiles it: quant types legalized to integer math (a copy; the input is unchanged).
 
-    Returns ``mlir_text`` itself when it has no quant types (no parsing, no passes).
+    ``refine`` (text -> text, e.g. ``?`` dims specialised to one call's shapes) runs first, or, with quant types,
+    between their legalization and the expansion of the broadcasts it leaves: shape refinement crashes on a
+    ``dot_general`` of quant types with a dynamic dim, and the expanded broadcasts need static shapes.
+    Returns ``mlir_text`` itself when it has no quant types and nothing to refine (no parsing, no passes).
     """
     if "!quant." not in mlir_text:
-        return mlir_text
+        return mlir_text if refine is None else refine(mlir_text)
     with make_context():
         module = ir.Module.parse(mlir_text)
         sign_quant_storage(module)
         run_pipeline(module, LEGALIZE_QUANT)
+        if refine is not None:
+            module = ir.Module.parse(refine(module.operation.get_asm(enable_debug_info=True)))
         expand_explicit_broadcasts(module)
         run_pipeline(module, LEGALIZE_CHLO)
         return module.operation.get_asm(enable_debug_info=True)

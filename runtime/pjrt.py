@@ -16,6 +16,7 @@ from jax.extend.backend import get_backend
 
 from .compile_cache import CompileCache
 from .passes import prepare_for_xla
+from .refine import refine_shapes, shapes_key
 
 _COMPILED: dict[tuple[str, str], object] = {}
 _COMPILE_LOCK = threading.Lock()
@@ -31,6 +32,14 @@ def client(platform: str = "cpu"):
                            "'cpu' is always available, 'cuda'/'tpu' need their jax plugin") from error
 
 
+def compile_options():
+    """The ``CompileOptions`` every module is compiled with (the defaults, today); the disk cache's key
+    covers them, so changing them here can never load an executable built with others."""
+    from jaxlib import _jax
+
+    return _jax.CompileOptions()
+
+
 def fingerprint(mlir_text: str) -> str:
     return hashlib.sha256(mlir_text.encode()).hexdigest()
 
@@ -38,26 +47,35 @@ def fingerprint(mlir_text: str) -> str:
 class Executable:
     """A StableHLO module compiled once per (module fingerprint, platform): in memory for this process and,
     through the disk cache, for later ones. Quant types are legalized to integer math for XLA on a copy
-    (the fingerprint is the original text's)."""
+    (the fingerprint is the original text's).
 
-    def __init__(self, mlir_text: str, platform: str = "cpu"):
+    A module with symbolic (``?``) dims is compiled once per ``arg_shapes`` (the static shape of every
+    ``@main`` argument for one call): it is refined to those shapes first (``runtime.refine``), and the
+    fingerprint is the module's and the shapes' together, so a cache hit refines nothing."""
+
+    def __init__(self, mlir_text: str, platform: str = "cpu", arg_shapes: Sequence[Sequence[int]] | None = None):
         self.platform = platform
         self.client = client(platform)
         self.device = self.client.devices()[0]
-        key = (fingerprint(mlir_text), platform)
+        module_fingerprint = fingerprint(mlir_text)
+        if arg_shapes is not None:
+            module_fingerprint = fingerprint(f"{module_fingerprint}\0{shapes_key(arg_shapes)}")
+        key = (module_fingerprint, platform)
         with _COMPILE_LOCK:
             if key not in _COMPILED:
-                _COMPILED[key] = self._load_or_compile(mlir_text, key[0])
+                _COMPILED[key] = self._load_or_compile(mlir_text, key[0], arg_shapes)
         self._loaded = _COMPILED[key]
 
-    def _load_or_compile(self, mlir_text: str, module_fingerprint: str):
+    def _load_or_compile(self, mlir_text: str, module_fingerprint: str, arg_shapes=None):
         cache = CompileCache.from_environment()
-        cache_key = CompileCache.key(module_fingerprint, self.client) if cache else None
+        options = compile_options()
+        cache_key = CompileCache.key(module_fingerprint, self.client, options) if cache else None
         executable = cache.load(cache_key, self.client, [self.device]) if cache else None
         if executable is not None:
             STATS["disk_hits"] += 1
             return executable
-        executable = self.client.compile_and_load(prepare_for_xla(mlir_text), [self.device])
+        refine = None if arg_shapes is None else (lambda text: refine_shapes(text, arg_shapes))
+        executable = self.client.compile_and_load(prepare_for_xla(mlir_text, refine), [self.device], options)
         STATS["compiled"] += 1
         if cache:
             try:
@@ -68,12 +86,18 @@ class Executable:
 
     def put(self, arrays: Sequence[np.ndarray]) -> list:
         """Transfer host arrays to this executable's device (e.g. once, for weights)."""
-        with jax.enable_x64(True):
-            return [jax.device_put(a, self.device) for a in arrays]
+        return put(arrays, self.platform)
 
     def execute(self, device_arrays: Sequence) -> list[np.ndarray]:
         outputs = self._loaded.execute(list(device_arrays))
         return [np.asarray(o) for o in outputs]
+
+
+def put(arrays: Sequence[np.ndarray], platform: str = "cpu") -> list:
+    """Transfer host arrays to the platform's first device (where every Executable of it runs)."""
+    device = client(platform).devices()[0]
+    with jax.enable_x64(True):
+        return [jax.device_put(a, device) for a in arrays]
 
 
 def compiled_count() -> int:

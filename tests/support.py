@@ -112,8 +112,8 @@ def assert_lowers_with_symbolic_batch(function, x, *rest, reads_size=True) -> st
     """Lower ``function`` with dim 0 of ``x`` symbolic; return the StableHLO text.
 
     @main's results must have torch's sizes (``?`` where symbolic), and the text must read a size at run time
-    (``get_dimension_size``) if ``reads_size``, or must not if it is False. The PJRT runtime does not run
-    dynamic modules yet, so numerics are not compared here.
+    (``get_dimension_size``) if ``reads_size``, or must not if it is False. Numerics are not compared here
+    (tests/runtime/test_dynamic.py runs dynamic artifacts at several sizes).
     """
     program = export_with_symbolic_batch(function, x, *rest)
     text = export_to_stablehlo(program).stablehlo_text

@@ -9,7 +9,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from exporter import export_to_stablehlo
-from exporter.errors import LoweringError
 from tests.support import (FLOATS, assert_lowers, assert_lowers_with_symbolic_batch, assert_matches_eager,
                            assert_table_lowers, export_with_symbolic_batch, make)
 
@@ -103,7 +102,8 @@ def test_symbolic_batch_lowers_to_dynamic_ops(name):
     assert_lowers_with_symbolic_batch(function, make((4, 6), torch.float32))
 
 
-def test_glu_of_a_symbolic_batch_is_refused():
-    program = export_with_symbolic_batch(F.glu, make((4, 6), torch.float32), max_batch=None)
-    with pytest.raises(LoweringError, match="glu of a tensor with dynamic dims"):
-        export_to_stablehlo(program)
+def test_glu_of_a_symbolic_batch_runs_at_several_batch_sizes():
+    artifact = export_to_stablehlo(export_with_symbolic_batch(F.glu, make((4, 6), torch.float32), max_batch=None))
+    for batch in (3, 4, 9):
+        x = make((batch, 6), torch.float32, seed=batch)
+        torch.testing.assert_close(artifact(x), F.glu(x))

@@ -127,3 +127,32 @@ def test_dynamic_batch_and_sequence_lower_to_a_valid_module():
 def test_dropout_is_refused():
     with pytest.raises(LoweringError, match="random ops"):
         export_to_stablehlo(FunctionModule(attention(dropout_p=0.5)), qkv((2,), 2, 4, 4))
+
+
+class _DerivedKeys(torch.nn.Module):
+    """Keys of a length derived from the query's symbolic length: 2*s (the queries twice) and s + 1 (a learned
+    token in front, with a bool mask of that width)."""
+
+    def __init__(self):
+        super().__init__()
+        self.token = torch.nn.Parameter(torch.randn(1, 2, 1, 8))
+
+    def forward(self, q):
+        doubled = torch.cat([q, q.flip(2)], dim=2)
+        prefixed = torch.cat([self.token.expand(q.shape[0], -1, -1, -1), q], dim=2)
+        mask = torch.ones(q.shape[2], q.shape[2] + 1, dtype=torch.bool).tril(1)
+        return (F.scaled_dot_product_attention(q, doubled, doubled),
+                F.scaled_dot_product_attention(q, prefixed, prefixed, attn_mask=mask, scale=0.3))
+
+
+def test_key_lengths_derived_from_a_symbolic_length_run_at_every_size():
+    """The composite's decomposition reads each symbolic size from its own arguments, derived ones included."""
+    torch.manual_seed(0)
+    model = _DerivedKeys()
+    shapes = ({0: torch.export.Dim("batch", min=1, max=4), 2: torch.export.Dim("s", min=2, max=16)},)
+    artifact = export_to_stablehlo(model, (torch.randn(2, 2, 5, 8),), dynamic_shapes=shapes)
+    assert "stablehlo.composite" in artifact.stablehlo_text
+    for batch, length in [(1, 2), (3, 7), (4, 16)]:
+        q = torch.randn(batch, 2, length, 8)
+        with torch.no_grad():
+            torch.testing.assert_close(artifact(q), model(q))

@@ -4,7 +4,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tests.support import assert_matches_eager, randn
+from tests.support import assert_lowers, assert_matches_eager, randn
 
 aten = torch.ops.aten
 
@@ -162,3 +162,16 @@ def test_adaptive_avg_pool_low_precision(out, dtype):
 
 def test_adaptive_avg_pool_core_op():
     assert_matches_eager(lambda x: aten._adaptive_avg_pool2d.default(x, [3, 2]), pool_input(2, 7))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("output_size", [(2, 3), (3, 5), 4])
+def test_adaptive_max_pool2d_with_indices(output_size, dtype):
+    pool = lambda x: F.adaptive_max_pool2d(x, output_size, return_indices=True)
+    assert_lowers({aten.adaptive_max_pool2d.default}, pool, randn(2, 3, 8, 10, dtype=dtype))
+
+
+def test_adaptive_max_pool1d_and_3d():
+    assert_matches_eager(lambda x: F.adaptive_max_pool1d(x, 3, return_indices=True), randn(2, 3, 7))
+    assert_lowers({aten.adaptive_max_pool3d.default}, lambda x: F.adaptive_max_pool3d(x, (2, 3, 2), True),
+                  randn(1, 2, 5, 7, 4))

@@ -133,10 +133,11 @@ def test_dropout_in_eval_mode_is_the_identity():
     assert_matches_eager(table(DROPOUTS), x)
 
 
-@pytest.mark.parametrize("function", [lambda x: F.dropout(x, 0.5, training=True),
-                                      lambda x: aten.native_dropout(x, 0.5, None)], ids=["dropout", "native_none"])
-def test_dropout_in_training_mode_is_refused(function):
-    with pytest.raises(LoweringError, match="random ops come in a later issue"):
+@pytest.mark.parametrize("function", [lambda x: aten.alpha_dropout(x, 0.5, True),
+                                      lambda x: aten.feature_dropout(x, 0.5, True)], ids=["alpha", "feature"])
+def test_dropout_variants_in_training_mode_are_refused(function):
+    """dropout and native_dropout draw random numbers in training mode (tests/aten_lowerings/test_random.py)."""
+    with pytest.raises(LoweringError, match="training mode is not lowered"):
         export_to_stablehlo(FunctionModule(function), (make((2, 3), torch.float32),))
 
 

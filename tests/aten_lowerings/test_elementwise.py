@@ -10,7 +10,7 @@ import math
 import pytest
 import torch
 
-from tests.support import (FLOATS, INTS, assert_lowers_with_symbolic_batch, assert_matches_eager,
+from tests.support import (FLOATS, INTS, FunctionModule, assert_lowers_with_symbolic_batch, assert_matches_eager,
                            assert_registered_and_exported, assert_table_lowers, make, table)
 
 aten = torch.ops.aten
@@ -298,3 +298,28 @@ SYMBOLIC = {
 def test_symbolic_batch_lowers_to_dynamic_ops(name):
     """Constants and broadcasts take the symbolic size from the input at run time."""
     assert_lowers_with_symbolic_batch(SYMBOLIC[name], make((4, 6), torch.float32))
+
+
+def test_atan2_out_lowers_like_atan2():
+    """A graph holding atan2.out (export functionalises it away, other producers may not) computes atan2."""
+    from exporter.graph_lowering import GraphLowering
+    from runtime.mlir_context import make_context
+
+    program = torch.export.export(FunctionModule(torch.atan2), (make((3, 4)), make((3, 4), seed=1)))
+    node = next(n for n in program.graph.nodes if n.target is aten.atan2.default)
+    node.target = aten.atan2.out
+    text = str(GraphLowering(program.graph_module).lower(make_context()))
+    assert "stablehlo.atan2" in text
+
+
+def test_item_and_scalar_arithmetic():
+    """``.item()`` becomes a 0-d value; Python arithmetic and comparisons on it, and asserts, lower too."""
+    def function(x, n):
+        k = n.item()
+        torch._check(k >= 0)
+        return x * (k * 2 + 1) + x.sum().item() - (k // 2) + (k % 3), torch.full((2,), k > 1)
+
+    x = make((3, 4))
+    for n in (torch.tensor(5), torch.tensor(0)):
+        assert_matches_eager(function, x, n)
+    assert_matches_eager(lambda x: x / x.shape[0] + x.flatten().shape[0] // 5, x)

@@ -171,3 +171,53 @@ def test_symbolic_batch_lowers_to_dynamic_ops(name):
 def test_embedding_of_symbolic_length_ids():
     assert_lowers_with_symbolic_batch(lambda ids, w: torch.nn.functional.embedding(ids, w),
                                       torch.randint(0, 10, (4, 3)), make((10, 4), normal=True))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64, torch.bool])
+@pytest.mark.parametrize("mask_shape, source_shape", [((4, 5), (25,)), ((1, 5), (3, 9)), ((4, 5), (7,))])
+def test_masked_scatter(mask_shape, source_shape, dtype):
+    x, source = make((4, 5), dtype, -10, 10), make(source_shape, dtype, -10, 10, seed=2)
+    artifact = assert_matches_eager(lambda x, m, s: x.masked_scatter(m, s), x, make(mask_shape, torch.bool), source)
+    assert "aten.masked_scatter.default" in artifact.stablehlo_text
+
+
+@pytest.mark.parametrize("size, fill_value", [(3, -1), (12, -1), (30, 7)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int32, torch.bool])
+def test_nonzero_static(dtype, size, fill_value):
+    x = make((4, 5), dtype, -1, 2, seed=3)
+    assert_matches_eager(lambda x: torch.nonzero_static(x, size=size, fill_value=fill_value), x)
+
+
+def test_nonzero_says_what_to_do_instead():
+    from exporter import export_to_stablehlo
+    from exporter.errors import LoweringError
+    from tests.support import FunctionModule
+
+    with pytest.raises(LoweringError, match="data-dependent.*nonzero_static"):
+        export_to_stablehlo(FunctionModule(torch.nonzero), (make((4, 5)),))
+
+
+# -- 0-d operands, boolean-mask index_put, index_reduce ------------------------------------------
+
+def test_one_dim_writes_on_0d_tensors():
+    """torch treats a 0-d tensor as 1-d and a 0-d index as one element."""
+    x, source, index = make((), torch.float32), make((), torch.float32, seed=1), torch.tensor([0])
+    assert_matches_eager(lambda x, i, s, y: (x.index_add(0, i, s, alpha=2), x.index_copy(0, i, s),
+                                             x.index_select(0, i), y.index_select(1, i[0])),
+                         x, index, source, make((4, 3)))
+
+
+@pytest.mark.parametrize("accumulate", [False, True])
+def test_index_put_boolean_mask(accumulate):
+    mask = torch.tensor([True, False, True, False, True])
+    assert_matches_eager(lambda x, m, v: x.index_put((m,), v, accumulate=accumulate),
+                         make((5, 4)), mask, make((4,), seed=1))
+
+
+@pytest.mark.parametrize("reduce", ["prod", "mean", "amax", "amin"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64], ids=str)
+def test_index_reduce(reduce, dtype):
+    x, source, index = make((5, 3), dtype), make((4, 3), dtype, seed=1), torch.tensor([0, 2, 0, 4])
+    assert_matches_eager(lambda x, i, s: (x.index_reduce(0, i, s, reduce),
+                                          x.index_reduce(0, i, s, reduce, include_self=False)),
+                         x, index, source)

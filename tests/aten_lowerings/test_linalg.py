@@ -89,3 +89,12 @@ def test_einsum(equation, shapes):
 def test_einsum_low_precision():
     a, b = randn(2, 3, 4, dtype=torch.bfloat16), randn(2, 4, 5, dtype=torch.bfloat16)
     assert_matches_eager(lambda x, y: torch.einsum("bij,bjk->bik", x, y), a, b)
+
+
+# float32 only: torch's float16/bfloat16 addbmm rounds after each batch's addmm; ours rounds once.
+@pytest.mark.parametrize("dtype", [torch.float32], ids=str)
+def test_addbmm_and_bilinear(dtype):
+    bias, a, b = randn(3, 5, dtype=dtype), randn(4, 3, 2, dtype=dtype), randn(4, 2, 5, dtype=dtype)
+    assert_matches_eager(lambda bias, a, b: torch.addbmm(bias, a, b, beta=0.5, alpha=2), bias, a, b)
+    x1, x2, weight = randn(6, 3, dtype=dtype), randn(6, 4, dtype=dtype), randn(2, 3, 4, dtype=dtype)
+    assert_matches_eager(torch.nn.functional.bilinear, x1, x2, weight)

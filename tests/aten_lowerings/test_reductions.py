@@ -8,7 +8,6 @@ import torch
 import torch.nn.functional as F
 
 from exporter import export_to_stablehlo
-from exporter.errors import LoweringError
 from tests.support import (FLOATS, INTS, assert_lowers_with_symbolic_batch, assert_table_lowers,
                            export_with_symbolic_batch, make)
 
@@ -153,8 +152,40 @@ def test_symbolic_batch_lowers_to_dynamic_ops(name):
     assert_lowers_with_symbolic_batch(function, make((4, 6, 5), torch.float32), reads_size=reads_size)
 
 
-def test_cumsum_along_a_symbolic_dim_is_refused():
-    program = export_with_symbolic_batch(lambda x: x.cumsum(0), make((4, 3), torch.float32),
-                                         min_batch=2, max_batch=None)
-    with pytest.raises(LoweringError, match="dynamic dim"):
-        export_to_stablehlo(program)
+@pytest.mark.parametrize("max_batch", [40, None], ids=["bounded", "unbounded"])
+def test_scans_along_a_symbolic_dim_run_at_every_size(max_batch):
+    """cumsum/cumprod along a dynamic dim: a log-step scan (as many steps as the range's upper bound needs, 31
+    when unbounded) that refinement makes static; run at the min, between and the max (or far beyond)."""
+    def scans(x):
+        counts = x.round().to(torch.int32)
+        return x.cumsum(0), (x * 0.1 + 1).cumprod(0), counts.cumsum(0, dtype=torch.int64), x.cumsum(1)
+
+    program = export_with_symbolic_batch(scans, make((4, 3)), min_batch=1, max_batch=max_batch)
+    artifact = export_to_stablehlo(program)
+    assert "dynamic_pad" in artifact.stablehlo_text
+    for batch in [1, 7, 40 if max_batch else 300]:
+        x = make((batch, 3), seed=batch)
+        torch.testing.assert_close(artifact(x), scans(x))
+
+
+@pytest.mark.parametrize("dtype", FLOATS + INTS + [torch.bool])
+@pytest.mark.parametrize("dim", [0, -1])
+def test_cummax_cummin(dim, dtype):
+    """Few distinct values: ties go to the last index, as in torch."""
+    x = make((5, 9), dtype, -2, 3, seed=1).round() if dtype.is_floating_point else make((5, 9), dtype, -2, 3, seed=1)
+    assert_table_lowers({"max": (aten.cummax.default, lambda x: torch.cummax(x, dim)),
+                         "min": (aten.cummin.default, lambda x: torch.cummin(x, dim))}, x)
+
+
+def test_cummax_nan():
+    x = torch.tensor([1.0, 3, 3, math.nan, 2, math.nan, 5, 5, -math.inf])
+    assert_table_lowers({"max": (aten.cummax.default, lambda x: torch.cummax(x, 0)),
+                         "min": (aten.cummin.default, lambda x: torch.cummin(x, 0))}, x)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_logcumsumexp(dtype):
+    x = make((4, 9), dtype)
+    x[0, 3], x[1, :2], x[2, 4] = -math.inf, -math.inf, math.inf
+    assert_table_lowers({"lcse": (aten.logcumsumexp.default, lambda x: torch.logcumsumexp(x, 1))}, x)
+

@@ -4,7 +4,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.support import assert_lowers_with_symbolic_batch, assert_matches_eager, make
+from exporter import export_to_stablehlo
+from tests.support import (FunctionModule, assert_lowers, assert_lowers_with_symbolic_batch, assert_matches_eager,
+                           assert_named_in_locations, make)
 
 aten = torch.ops.aten
 
@@ -159,3 +161,63 @@ DYNAMIC_CASES = {
 @pytest.mark.parametrize("name", list(DYNAMIC_CASES))
 def test_symbolic_batch_lowers_to_dynamic_ops(name):
     assert_lowers_with_symbolic_batch(DYNAMIC_CASES[name], make((4, 6, 5), normal=True))
+
+
+# -- diagonal, as_strided, resize ----------------------------------------------------------------------------
+
+DIAGONAL_CASES = [  # (input shape, offset, dim1, dim2)
+    ((5, 5), 0, 0, 1),
+    ((4, 6), 2, 0, 1),
+    ((4, 6), -3, 0, 1),
+    ((4, 6), 7, 0, 1),  # beyond the matrix: empty
+    ((3, 4, 5), 1, 0, 2),
+    ((3, 4, 5), -1, 2, 0),
+    ((2, 3, 4, 5), 0, -1, 1),
+]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int32, torch.bool])
+@pytest.mark.parametrize("shape, offset, dim1, dim2", DIAGONAL_CASES)
+def test_diagonal(shape, offset, dim1, dim2, dtype):
+    assert_lowers([aten.diagonal.default], lambda x: torch.diagonal(x, offset, dim1, dim2),
+                  make(shape, dtype, -10, 10, normal=True))
+
+
+AS_STRIDED_CASES = [  # (input shape, size, stride, storage_offset)
+    ((3, 4), (2, 3), (1, 2), 1),
+    ((3, 4), (4, 3), (1, 4), 0),  # a transpose
+    ((12,), (3, 3), (3, 1), 2),
+    ((2, 3, 4), (4, 2, 2), (4, 1, 8), None),  # overlapping windows
+    ((3, 4), (3, 4), (0, 1), 0),  # a broadcast row
+    ((2, 5), (), (), 7),
+]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.int64])
+@pytest.mark.parametrize("shape, size, stride, offset", AS_STRIDED_CASES)
+def test_as_strided(shape, size, stride, offset, dtype):
+    assert_lowers([aten.as_strided.default], lambda x: torch.as_strided(x, size, stride, offset),
+                  make(shape, dtype, -10, 10, normal=True))
+
+
+def test_shrinking_resize_functionalises_to_as_strided():
+    assert_lowers([aten.as_strided.default], lambda x: x.clone().resize_(2, 5) + 1, make((3, 4), normal=True))
+
+
+@pytest.mark.parametrize("size", [(4, 4), (2, 3, 5)])
+def test_growing_resize_keeps_the_old_elements(size):
+    """A growing ``resize_`` functionalises to ``aten.resize``; torch leaves the new elements uninitialised,
+    so only the old ones are compared."""
+    x = make((3, 4), normal=True)
+    function = FunctionModule(lambda x: x.clone().resize_(*size) * 2)
+    artifact = export_to_stablehlo(function, (x,))
+    assert_named_in_locations([aten.resize.default], artifact.stablehlo_text)
+    torch.testing.assert_close(artifact(x).flatten()[:12], function(x).flatten()[:12])
+
+
+@pytest.mark.parametrize("function", [
+    lambda x: torch.diagonal(x, 1, 1, 2),
+    lambda x: torch.as_strided(x[:2], (2, 6), (1, 2), 3),
+])
+def test_views_with_symbolic_batch(function):
+    assert_lowers_with_symbolic_batch(function, make((4, 6, 5), normal=True))

@@ -159,3 +159,46 @@ def test_unserialisable_tuple_types_round_trip_as_tuples(tmp_path):
     loaded = load_artifact(artifact.save(tmp_path / "maxpair"))(x)
     assert type(loaded[0]) is tuple and type(loaded[1]) is tuple
     torch.testing.assert_close(loaded, tuple(tuple(part) for part in model(x)))
+
+
+# -- in-place updates of inputs, scalar and constant outputs ---------------------------------------
+
+class UpdatesRunningStats(torch.nn.Module):
+    """Batch norm in training mode on running stats passed as inputs, and an in-place add on another input."""
+
+    def forward(self, x, mean, var, counter):
+        counter.add_(1)
+        return torch.nn.functional.batch_norm(x, mean, var, training=True, momentum=0.1)
+
+
+def test_inputs_mutated_in_place_are_updated_like_eager():
+    torch.manual_seed(0)
+    x, mean, var, counter = torch.randn(4, 3), torch.zeros(3), torch.ones(3), torch.zeros(2, dtype=torch.int64)
+    eager_inputs = [t.clone() for t in (x, mean, var, counter)]
+    expected = UpdatesRunningStats()(*eager_inputs)
+    artifact = export_to_stablehlo(UpdatesRunningStats(), tuple(t.clone() for t in (x, mean, var, counter)))
+    assert {s.target for s in artifact.signature.outputs if s.kind == "user_input_mutation"} == \
+        {"mean", "var", "counter"}
+    ours = [t.clone() for t in (x, mean, var, counter)]
+    torch.testing.assert_close(artifact(*ours), expected)
+    torch.testing.assert_close(ours, eager_inputs)  # the running stats and the counter, updated in place
+    artifact(*ours)
+    UpdatesRunningStats()(*eager_inputs)
+    torch.testing.assert_close(ours, eager_inputs)
+
+
+class ScalarAndConstant(torch.nn.Module):
+    """Returns a tensor, a Python float from .item(), an int from .item(), a bool and an int constant."""
+
+    def forward(self, x):
+        return x * 2, x.sum().item(), x.argmax().item(), (x.max() > 0).item(), 7
+
+
+def test_item_and_constant_outputs_are_python_values(tmp_path):
+    x = torch.randn(5)
+    expected = ScalarAndConstant()(x)
+    artifact = export_to_stablehlo(ScalarAndConstant(), (x,))
+    for actual in (artifact(x), load_artifact(artifact.save(tmp_path / "scalars"))(x)):
+        assert [type(v) for v in actual[1:]] == [float, int, bool, int]
+        torch.testing.assert_close(actual[0], expected[0])
+        assert actual[1] == pytest.approx(expected[1], rel=1e-6) and actual[2:] == expected[2:]

@@ -190,3 +190,51 @@ def test_an_interrupted_save_keeps_the_previous_bundle(tower, saved, monkeypatch
     monkeypatch.undo()
     assert load_manifest(tower[2].save(saved, target_version="current"))["stablehlo_version"] == \
         stablehlo.get_current_version(), "a later save replaces it"
+
+
+# -- large models: nothing is held twice ------------------------------------------------------------
+
+def test_export_and_sharded_save_never_copy_the_weights(tower, tmp_path, monkeypatch):
+    """The path bench/multi_gb_export.py takes for a multi-GB model, on a small one: the artifact holds the
+    model's own tensors, the module text embeds none of them, and each shard is written straight from them."""
+    model, x, artifact = tower
+    pointers = {name: t.data_ptr() for name, t in model.state_dict().items()}
+    assert {name: artifact.weights[name].data_ptr() for name in pointers} == pointers
+    assert 'dense<"0x' not in artifact.stablehlo_text  # weights are @main arguments, not constants
+    written = []
+    save_file = safetensors.torch.save_file
+
+    def recording(tensors, filename, *args, **kwargs):
+        written.append({name: t.data_ptr() for name, t in tensors.items()})
+        return save_file(tensors, filename, *args, **kwargs)
+
+    monkeypatch.setattr(safetensors.torch, "save_file", recording)
+    path = artifact.save(tmp_path / "sharded", shard_size=40_000)  # two layers per shard, the buffer with the last
+    assert [len(shard) for shard in written] == [4, 5], "one call per shard, each with its own tensors only"
+    assert all(pointers[name] == pointer for shard in written for name, pointer in shard.items())
+    torch.testing.assert_close(load_artifact(path)(x), model(x))
+
+
+# -- signatures with in-place input updates, scalar and constant outputs -----------------------------
+
+class MutatesAndReturnsScalars(torch.nn.Module):
+    def forward(self, x, state):
+        state.mul_(0.5).add_(x)
+        return x.mean().item(), 3, x + state
+
+
+def test_bundle_keeps_input_mutations_scalars_and_constants(tmp_path):
+    x, state = torch.randn(4), torch.randn(4)
+    eager_state = state.clone()
+    expected = MutatesAndReturnsScalars()(x, eager_state)
+    path = export_to_stablehlo(MutatesAndReturnsScalars(), (x, state.clone())).save(tmp_path / "mutates")
+    outputs = load_manifest(path)["signature"]["outputs"]
+    assert [(o["kind"], o["target"], o["scalar"], o["value"]) for o in outputs] == [
+        ("user_input_mutation", "state", None, None), ("user_output", None, "float", None),
+        ("user_output", None, None, 3), ("user_output", None, None, None)]
+    loaded_state = state.clone()
+    actual = load_artifact(path)(x, loaded_state)
+    torch.testing.assert_close(loaded_state, eager_state)
+    assert type(actual[0]) is float and actual[0] == pytest.approx(expected[0], rel=1e-6)
+    assert actual[1] == 3
+    torch.testing.assert_close(actual[2], expected[2])

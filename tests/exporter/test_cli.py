@@ -179,21 +179,27 @@ def test_traceback_on_request(capsys):
     assert err.startswith("Traceback") and err.strip().splitlines()[-1].startswith("torch-stablehlo inspect: error:")
 
 
-def test_coverage_writes_the_report(tmp_path, capsys):
-    assert main(["coverage", "--out", str(tmp_path)]) == 0
+def test_coverage_writes_the_report(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("TORCH_STABLEHLO_CACHE_DIR", "off")
+    assert main(["coverage", "--out", str(tmp_path), "--ops", "sin", "--jobs", "1"]) == 0
     assert capsys.readouterr().out.splitlines() == [f"wrote {tmp_path / 'coverage.md'}",
                                                     f"wrote {tmp_path / 'coverage.json'}"]
     report = json.loads((tmp_path / "coverage.json").read_text())
     summary = report["summary"]
     assert summary["core_ops"] == len(report["ops"]) > 150
     assert summary["lowered"] == sum(row["lowering"] for row in report["ops"]) > 100
-    assert {"op": "aten.addmm.default", "lowering": True, "quantized": False} in report["ops"]
-    assert {"op": "aten.convolution.default", "lowering": True, "quantized": True} in report["ops"]
-    assert summary["quantized"] == sum(row["quantized"] for row in report["ops"]) > 0
+    assert list(report["opinfo"]) == ["sin"]
+    assert set(report["opinfo"]["sin"]["static"]) == {"float32", "float16", "bfloat16", "int32", "int64", "bool"}
+    assert report["opinfo"]["sin"]["static"]["float32"] == "P"
+    static = summary["opinfo_static"]
+    assert static["entries"] == 1 and static["passed"] == static["eligible"] == 6
+    rows = {row["op"]: row for row in report["ops"]}
+    assert rows["aten.sin.default"]["opinfo"]["float32"] == [1, 0, 0]  # one sample, passed
+    assert rows["aten.convolution.default"]["quantized"] and not rows["aten.sin.default"]["quantized"]
     assert "quantized_decomposed.quantize_per_channel.default" in report["quantized_forms"]
     markdown = (tmp_path / "coverage.md").read_text()
-    assert f"{summary['lowered']} of {summary['core_ops']} core ATen overloads" in markdown
-    assert "| `aten.addmm.default` | yes | no |" in markdown
+    assert f"**{summary['lowered']} of {summary['core_ops']}** core ATen overloads" in markdown
+    assert "| `aten.sin.default` | yes | 1/1 |" in markdown
     assert "| `quantized_decomposed.dequantize_per_tensor.default` | stablehlo.uniform_dequantize" in markdown
 
 

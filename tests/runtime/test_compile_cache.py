@@ -72,3 +72,18 @@ def test_cache_key_is_stable_and_covers_the_module():
     cpu = pjrt.client("cpu")
     assert CompileCache.key("a" * 64, cpu) != CompileCache.key("b" * 64, cpu)
     assert CompileCache.key("a" * 64, cpu) == CompileCache.key("a" * 64, cpu)
+
+
+def test_cache_key_covers_the_compile_options():
+    from jaxlib import _jax
+
+    from runtime import pjrt
+    cpu = pjrt.client("cpu")
+    default = CompileCache.key("a" * 64, cpu, pjrt.compile_options())
+    assert default == CompileCache.key("a" * 64, cpu)  # None means the defaults
+    tuned = _jax.CompileOptions()
+    tuned.env_option_overrides = [("xla_cpu_enable_fast_math", True), ("xla_backend_optimization_level", 1)]
+    assert CompileCache.key("a" * 64, cpu, tuned) != default
+    reordered = _jax.CompileOptions()
+    reordered.env_option_overrides = [("xla_backend_optimization_level", 1), ("xla_cpu_enable_fast_math", True)]
+    assert CompileCache.key("a" * 64, cpu, reordered) == CompileCache.key("a" * 64, cpu, tuned)

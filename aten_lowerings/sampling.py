@@ -1,0 +1,179 @@
+"""Random ops: rand/randn(_like), uniform, normal, bernoulli, randint(_like), randperm, dropout, native_dropout.
+
+Bits come from ``stablehlo.rng_bit_generator`` (THREE_FRY) started from
+``ctx.rng_key()``: the program's ``rng_seed`` argument and the node's own
+number, so two random nodes draw different numbers and one seed reproduces
+them all. Uniform floats in [0, 1) take the bits as a mantissa; normals use
+Box-Muller; randperm sorts random keys.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+from jaxlib.mlir import ir
+from jaxlib.mlir.dialects import stablehlo
+
+from .helpers import as_tensor, compare, constant, convert, dtype_of, full_like, is_static, reshape
+from .mlir_types import tensor_type
+from .registry import lower
+from .shape_ops import slice_dim
+from .sorting import sort_with_indices
+
+aten = torch.ops.aten
+
+RNG_SEED_NAME, RNG_SEED_DTYPE = "rng_seed", torch.int64  # @main's extra argument where a graph draws numbers
+
+# float64 takes 52 mantissa bits from 64-bit words, every other float 23 from 32-bit words (then rounds)
+_WORDS = {torch.float64: (torch.uint64, 12, 0x3FF0000000000000)}
+_FLOAT32_WORDS = (torch.uint32, 9, 0x3F800000)
+
+
+def seeded_key(seed: ir.Value, number: int) -> ir.Value:
+    """THREE_FRY state ``[seed, number]`` (``tensor<2xui64>``) from a 0-d integer seed value."""
+    one = tensor_type([1], torch.uint64)
+    seed = stablehlo.reshape(one, convert(seed, torch.uint64))
+    return stablehlo.concatenate([seed, constant(number, torch.uint64, [1])], 0)
+
+
+def _bits(ctx, sizes, dtype: torch.dtype) -> ir.Value:
+    """Random unsigned words of torch sizes ``sizes`` (static) from this node's key."""
+    if not is_static(sizes):
+        raise NotImplementedError("random tensors of symbolic size")
+    key = ctx.rng_key()
+    return stablehlo.rng_bit_generator(key.type, tensor_type(sizes, dtype),
+                                       stablehlo.RngAlgorithmAttr.get("THREE_FRY"), key)[1]
+
+
+def _below_one(dtype: torch.dtype) -> float:
+    return torch.nextafter(torch.tensor(1.0, dtype=dtype), torch.tensor(0.0, dtype=dtype)).item()
+
+
+def uniform_values(ctx, sizes, dtype: torch.dtype) -> ir.Value:
+    """Uniform samples in [0, 1): random mantissa bits under the exponent of 1.0, minus 1."""
+    word, shift, one = _WORDS.get(dtype, _FLOAT32_WORDS)
+    float_type = torch.float64 if dtype == torch.float64 else torch.float32
+    bits = stablehlo.shift_right_logical(_bits(ctx, sizes, word), full_like(ctx, sizes, shift, word))
+    mantissa = stablehlo.or_(bits, full_like(ctx, sizes, one, word))
+    value = stablehlo.subtract(stablehlo.bitcast_convert(tensor_type(sizes, float_type), mantissa),
+                               full_like(ctx, sizes, 1.0, float_type))
+    if dtype == float_type:
+        return value
+    return stablehlo.minimum(convert(value, dtype), full_like(ctx, sizes, _below_one(dtype), dtype))  # no 1.0
+
+
+def normal_values(ctx, sizes, dtype: torch.dtype) -> ir.Value:
+    """Standard normal samples by Box-Muller: sqrt(-2 log(1 - u)) cos(2 pi v), computed in float32/float64."""
+    compute = torch.float64 if dtype == torch.float64 else torch.float32
+    pair = uniform_values(ctx, [2, *sizes], compute)
+    u, v = (reshape(ctx, slice_dim(ctx, pair, 0, i, i + 1, [1, *sizes]), sizes) for i in (0, 1))
+    radius = stablehlo.sqrt(stablehlo.multiply(
+        full_like(ctx, sizes, -2.0, compute),
+        stablehlo.log(stablehlo.subtract(full_like(ctx, sizes, 1.0, compute), u))))
+    angle = stablehlo.multiply(full_like(ctx, sizes, 2 * math.pi, compute), v)
+    return convert(stablehlo.multiply(radius, stablehlo.cosine(angle)), dtype)
+
+
+def _affine(ctx, samples, scale, offset):
+    """``offset + scale * samples`` (numbers or tensors) in the node's dtype and shape."""
+    dtype, sizes = ctx.out_dtype, ctx.out_shape
+    return stablehlo.add(as_tensor(ctx, offset, dtype, sizes),
+                         stablehlo.multiply(as_tensor(ctx, scale, dtype, sizes), samples))
+
+
+@lower(aten.rand.default, aten.rand_like.default)
+def rand(ctx, *_args, **_kwargs):
+    return uniform_values(ctx, ctx.out_shape, ctx.out_dtype)
+
+
+@lower(aten.randn.default, aten.randn_like.default)
+def randn(ctx, *_args, **_kwargs):
+    return normal_values(ctx, ctx.out_shape, ctx.out_dtype)
+
+
+@lower(aten.uniform.default)
+def uniform(ctx, x, low=0.0, high=1.0, *, generator=None):
+    return _affine(ctx, uniform_values(ctx, ctx.out_shape, ctx.out_dtype), high - low, low)
+
+
+@lower(aten.normal.Tensor_float, aten.normal.float_Tensor, aten.normal.Tensor_Tensor)
+def normal(ctx, mean, std=1.0, *, generator=None):
+    return _affine(ctx, normal_values(ctx, ctx.out_shape, ctx.out_dtype), std, mean)
+
+
+@lower(aten.normal.float_float)
+def normal_sized(ctx, mean, std, size, **_kwargs):
+    return normal(ctx, mean, std)
+
+
+@lower(aten.normal_functional.default)
+def normal_functional(ctx, x, mean=0.0, std=1.0, *, generator=None):
+    return normal(ctx, mean, std)
+
+
+@lower(aten.bernoulli.default, aten.bernoulli.p)
+def bernoulli(ctx, x, p=None, *, generator=None):
+    """1 where a uniform sample is below the probability (``p``, or ``x`` itself)."""
+    compute = torch.float64 if ctx.out_dtype == torch.float64 else torch.float32
+    probability = as_tensor(ctx, x if p is None else p, compute, ctx.out_shape)
+    return convert(compare(uniform_values(ctx, ctx.out_shape, compute), probability, "LT"), ctx.out_dtype)
+
+
+@lower(aten.randint.low, aten.randint.default, aten.randint_like.default, aten.randint_like.low_dtype)
+def randint(ctx, *args, **_kwargs):
+    """floor(u * (high - low)) + low with a float64 u: uniform over [low, high) for ranges below 2**52."""
+    bounds = [a for a in args if isinstance(a, int)]
+    low, high = (0, bounds[0]) if len(bounds) == 1 else bounds[:2]
+    sizes = ctx.out_shape
+    scaled = stablehlo.floor(_scaled(ctx, uniform_values(ctx, sizes, torch.float64), high - low, sizes))
+    return convert(stablehlo.add(scaled, full_like(ctx, sizes, low, torch.float64)), ctx.out_dtype)
+
+
+def _scaled(ctx, value, factor, sizes):
+    return stablehlo.multiply(value, full_like(ctx, sizes, factor, dtype_of(value)))
+
+
+@lower(aten.randperm.default)
+def randperm(ctx, n, **_kwargs):
+    """The positions of random 32-bit keys in sorted order (ties, rare, keep their order)."""
+    keys = _bits(ctx, [n], torch.uint32)
+    return convert(sort_with_indices(ctx, keys, 0, False, [n])[1], ctx.out_dtype)
+
+
+def _dropout(ctx, x, p, sizes, dtype):
+    """(output, keep mask): each element zeroed with probability ``p``, the rest scaled by 1 / (1 - p)."""
+    keep = compare(uniform_values(ctx, sizes, torch.float32), full_like(ctx, sizes, p, torch.float32), "GE")
+    scale = 0.0 if p >= 1 else 1.0 / (1.0 - p)
+    kept = stablehlo.multiply(convert(x, dtype), full_like(ctx, sizes, scale, dtype))
+    return stablehlo.select(keep, kept, full_like(ctx, sizes, 0, dtype)), keep
+
+
+@lower(aten.native_dropout.default)
+def native_dropout(ctx, x, p, train):
+    """Output and keep mask; eval mode (``train`` False; None means training) keeps everything."""
+    sizes, dtype = ctx.out_meta[0].shape, ctx.out_meta[0].dtype
+    if train is False:
+        return x, full_like(ctx, sizes, True, torch.bool)
+    return _dropout(ctx, x, p, sizes, dtype)
+
+
+@lower(aten.dropout.default)
+def dropout(ctx, x, p, train):
+    return _dropout(ctx, x, p, ctx.out_shape, ctx.out_dtype)[0] if train else x
+
+
+RANDOM_OPS = frozenset({
+    aten.rand.default, aten.rand_like.default, aten.randn.default, aten.randn_like.default, aten.uniform.default,
+    aten.normal.Tensor_float, aten.normal.float_Tensor, aten.normal.Tensor_Tensor, aten.normal.float_float,
+    aten.normal_functional.default, aten.bernoulli.default, aten.bernoulli.p, aten.randint.low,
+    aten.randint.default, aten.randint_like.default, aten.randint_like.low_dtype, aten.randperm.default,
+    aten.native_dropout.default, aten.dropout.default})
+
+
+def uses_random(graph_module: torch.fx.GraphModule) -> bool:
+    """Whether the graph draws random numbers (and so needs the ``rng_seed`` argument)."""
+    return any(node.target in RANDOM_OPS and not _eval_dropout(node) for node in graph_module.graph.nodes)
+
+
+def _eval_dropout(node: torch.fx.Node) -> bool:
+    return node.target in (aten.native_dropout.default, aten.dropout.default) and node.args[2] is False

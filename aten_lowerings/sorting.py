@@ -1,0 +1,263 @@
+"""Sorting, and compaction by sorting: sort (default and stable), topk, order statistics (kthvalue, median,
+nanmedian, mode), bucketing (searchsorted, histc), masked_scatter, nonzero_static.
+
+One ``stablehlo.sort`` over (values, iota indices) along the dim; the
+comparator orders NaN above every number, as torch does, and the sort is
+always stable, so ties keep their input order (what ``stable=True`` asks for,
+and what torch's CPU kernels give for the other overloads too).
+argsort and msort decompose to ``sort``.
+
+Compaction (the positions of a mask's true elements, in order) is a stable
+sort of the negated mask: O(n log n), where a cumulative sum as
+``reduce_window`` would be O(n^2).
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+from jaxlib.mlir import ir
+from jaxlib.mlir.dialects import stablehlo
+
+from .helpers import (broadcast_in_dim, broadcast_to, compare, constant, convert, dtype_of, full_like, iota,
+                      normalize_dim, rank, reduce, reshape, value_type)
+from .indexing import _coordinates, _gather, _Indexing, _scatter
+from .mlir_types import tensor_type
+from .reductions import _arg_extreme, scan
+from .registry import lower
+from .shape_ops import slice_dim
+
+aten = torch.ops.aten
+
+
+def _before(a, b, descending: bool):
+    """Whether ``a`` goes before ``b``: a < b (a > b if ``descending``) with NaN the largest."""
+    before = compare(a, b, "GT" if descending else "LT")
+    if not dtype_of(a).is_floating_point:
+        return before
+    a_nan, b_nan = compare(a, a, "NE"), compare(b, b, "NE")
+    nan_first = stablehlo.and_(a_nan if descending else b_nan, stablehlo.not_(b_nan if descending else a_nan))
+    return stablehlo.or_(stablehlo.and_(before, stablehlo.not_(stablehlo.or_(a_nan, b_nan))), nan_first)
+
+
+def sort_with_indices(ctx, x, dim: int, descending: bool, sizes=None) -> tuple[ir.Value, ir.Value]:
+    """(sorted values, their int64 positions in ``x``) along ``dim``; ``sizes``: x's torch sizes if x is not
+    the node's first argument."""
+    if rank(x) == 0:
+        return x, constant(0, torch.int64)
+    dim = normalize_dim(dim, rank(x))
+    indices = iota(ctx, ctx.arg_meta(0).shape if sizes is None else sizes, dim)
+    operation = stablehlo.SortOp([value_type(x), value_type(indices)], [x, indices], dimension=dim, is_stable=True)
+    scalars = [tensor_type([], dtype_of(x)), tensor_type([], torch.int64)]
+    block = operation.regions[0].blocks.append(scalars[0], scalars[0], scalars[1], scalars[1])
+    with ir.InsertionPoint(block):
+        stablehlo.return_([_before(block.arguments[0], block.arguments[1], descending)])
+    return operation.results[0], operation.results[1]
+
+
+@lower(aten.sort.default)
+def sort(ctx, x, dim=-1, descending=False):
+    return sort_with_indices(ctx, x, dim, descending)
+
+
+@lower(aten.sort.stable)
+def sort_stable(ctx, x, *, stable=None, dim=-1, descending=False):
+    return sort_with_indices(ctx, x, dim, descending)
+
+
+@lower(aten.topk.default)
+def topk(ctx, x, k, dim=-1, largest=True, sorted=True):
+    """The first ``k`` of a full sort; ``sorted=False`` leaves the order to the implementation, so sorted it is."""
+    values, indices = sort_with_indices(ctx, x, dim, descending=largest)
+    if rank(x) == 0:
+        return values, indices
+    dim = normalize_dim(dim, rank(x))
+    sizes = ctx.out_meta[0].shape
+    return [slice_dim(ctx, v, dim, 0, k, sizes) for v in (values, indices)]
+
+
+# -- order statistics ------------------------------------------------------------------
+# torch finds these with a quickselect (kthvalue, median) or an unstable sort (mode), so where equal values
+# make the index ambiguous it may name another occurrence than the stable sort here does; values agree.
+
+
+def _rows(ctx, x, dim):
+    """``x`` and its torch sizes with ``dim`` normalized; ``dim=None`` (and a 0-d ``x``) flattens."""
+    sizes = list(ctx.arg_meta(0).shape)
+    if dim is None or not sizes:
+        sizes = [math.prod(sizes)]
+        return reshape(ctx, x, sizes), sizes, 0
+    return x, sizes, normalize_dim(dim, len(sizes))
+
+
+def _ranked(ctx, x, dim, position):
+    """Value and index of the element at sorted ``position`` along ``dim`` (a number, or an int64 tensor of
+    the input's sizes with ``dim`` 1), as the node's outputs (or output, for a value alone)."""
+    x, sizes, dim = _rows(ctx, x, dim)
+    values, indices = sort_with_indices(ctx, x, dim, False, sizes)
+    row = sizes[:dim] + [1] + sizes[dim + 1:]
+    if not isinstance(position, ir.Value):
+        position = full_like(ctx, row, position, torch.int64)
+    plan = _coordinates(ctx, dim, position, row)
+    metas = ctx.out_meta if isinstance(ctx.out_meta, (tuple, list)) else [ctx.out_meta]
+    return [reshape(ctx, _gather(ctx, v, sizes, plan), meta.shape) for v, meta in zip((values, indices), metas)]
+
+
+@lower(aten.kthvalue.default)
+def kthvalue(ctx, x, k, dim=-1, keepdim=False):
+    return _ranked(ctx, x, dim, k - 1)
+
+
+def _middle(ctx, x, dim, skip_nan: bool):
+    """Sorted position of each row's median along ``dim`` (kept, as 1): the lower middle of its numbers
+    (NaN sorts after them); with NaN in the row and not ``skip_nan``, its first NaN."""
+    flat, sizes, dim = _rows(ctx, x, dim)
+    row, n = sizes[:dim] + [1] + sizes[dim + 1:], sizes[dim]
+    if not dtype_of(x).is_floating_point:
+        return (n - 1) // 2
+    numbers = reshape(ctx, reduce(ctx, convert(compare(flat, flat, "EQ"), torch.int64), [dim], 0, stablehlo.add), row)
+    one, two = full_like(ctx, row, 1, torch.int64), full_like(ctx, row, 2, torch.int64)
+    if skip_nan:  # (count - 1) / 2 truncates toward zero, so a row without numbers takes position 0
+        return stablehlo.divide(stablehlo.subtract(numbers, one), two)
+    has_nan = compare(numbers, full_like(ctx, row, n, torch.int64), "LT")
+    return stablehlo.select(has_nan, numbers, full_like(ctx, row, (n - 1) // 2, torch.int64))
+
+
+def _median(skip_nan: bool):
+    def rule(ctx, x, dim=None, keepdim=False):
+        result = _ranked(ctx, x, dim, _middle(ctx, x, dim, skip_nan))
+        return result if dim is not None else result[0]
+
+    return rule
+
+
+lower(aten.median.default, aten.median.dim)(_median(False))
+lower(aten.nanmedian.default, aten.nanmedian.dim)(_median(True))
+
+
+@lower(aten.mode.default)
+def mode(ctx, x, dim=-1, keepdim=False):
+    """The smallest of the most frequent values and its last index (as torch's scan over its sorted row):
+    in a stable sort, each run of equal values ends at its last index; runs are counted from their starts."""
+    if rank(x) == 0:
+        return x, constant(0, torch.int64)
+    x, sizes, dim = _rows(ctx, x, dim)
+    values, indices = sort_with_indices(ctx, x, dim, False, sizes)
+    n = sizes[dim]
+    inner = sizes[:dim] + [n - 1] + sizes[dim + 1:]
+    differ = compare(slice_dim(ctx, values, dim, 1, n, inner), slice_dim(ctx, values, dim, 0, n - 1, inner), "NE")
+    true, low, high = constant(True, torch.bool), [0] * len(sizes), [0] * len(sizes)
+    low[dim] = 1
+    starts = stablehlo.pad(differ, true, low, [0] * len(sizes), [0] * len(sizes))
+    ends = stablehlo.pad(differ, true, [0] * len(sizes), low, [0] * len(sizes))
+    position, zero = iota(ctx, sizes, dim), full_like(ctx, sizes, 0, torch.int64)
+    run_start = scan([stablehlo.select(starts, position, zero)], [0], dim, lambda a, b: [stablehlo.maximum(a, b)])[0]
+    run = stablehlo.add(stablehlo.subtract(position, run_start), full_like(ctx, sizes, 1, torch.int64))
+    most = _arg_extreme(ctx, stablehlo.select(ends, run, zero), dim, "GT")[1]  # ties: the first (smallest) value
+    row = sizes[:dim] + [1] + sizes[dim + 1:]
+    plan = _coordinates(ctx, dim, reshape(ctx, most, row), row)
+    return [reshape(ctx, _gather(ctx, v, sizes, plan), meta.shape) for v, meta in zip((values, indices), ctx.out_meta)]
+
+
+# -- bucketing ---------------------------------------------------------------------------
+
+
+@lower(aten.searchsorted.Tensor, aten.searchsorted.Scalar)
+def searchsorted(ctx, boundaries, x, *, out_int32=False, right=False, side=None, sorter=None):
+    """How many boundaries (in the last dim, per row of leading dims, or one 1-d row for all) lie below each
+    value (at or below with ``right``): a comparison against every boundary, summed."""
+    sizes, out = list(ctx.arg_meta(0).shape), list(ctx.out_shape)
+    if sorter is not None and sizes[-1] != 0:
+        boundaries = _gather(ctx, boundaries, sizes, _coordinates(ctx, len(sizes) - 1, sorter, sizes))
+    pairs = out + [sizes[-1]]
+    spread = broadcast_in_dim(ctx, boundaries, pairs, [len(out)] if len(sizes) == 1 else
+                              list(range(len(out) - 1)) + [len(out)])
+    values = x if isinstance(x, ir.Value) else constant(x, dtype_of(boundaries))
+    values = broadcast_in_dim(ctx, convert(values, dtype_of(boundaries)), pairs, list(range(rank(values))))
+    below = compare(spread, values, "LE" if right or side == "right" else "LT")
+    return convert(reduce(ctx, convert(below, torch.int64), [len(out)], 0, stablehlo.add), ctx.out_dtype)
+
+
+@lower(aten.histc.default)
+def histc(ctx, x, bins=100, min=0, max=0):
+    """Counts of ``bins`` equal bins over [min, max] (the data's range if min == max, widened by 1 either
+    way if that is empty); bin floor((x - min) * bins / (max - min)), the last bin closed, as torch's kernel."""
+    count, dtype = math.prod(ctx.arg_meta(0).shape), dtype_of(x)
+    flat = reshape(ctx, x, [count])
+    low, high = constant(min, dtype), constant(max, dtype)
+    if min == max:
+        low = reduce(ctx, flat, [0], math.inf, stablehlo.minimum)
+        high = reduce(ctx, flat, [0], -math.inf, stablehlo.maximum)
+        empty = compare(low, high, "EQ")
+        low = stablehlo.select(empty, stablehlo.subtract(low, constant(1, dtype)), low)
+        high = stablehlo.select(empty, stablehlo.add(high, constant(1, dtype)), high)
+    low, high = (broadcast_in_dim(ctx, v, [count], []) for v in (low, high))
+    inside = stablehlo.and_(compare(flat, low, "GE"), compare(flat, high, "LE"))
+    scaled = stablehlo.multiply(stablehlo.subtract(flat, low), full_like(ctx, [count], bins, dtype))
+    position = convert(stablehlo.divide(scaled, stablehlo.subtract(high, low)), torch.int64)
+    position = stablehlo.clamp(constant(0, torch.int64), position, constant(bins - 1, torch.int64))
+    plan = _Indexing(reshape(ctx, position, [count, 1]), [0], [], [count])
+    return _scatter(full_like(ctx, [bins], 0, dtype), plan, convert(inside, dtype), stablehlo.add)
+
+
+# -- compaction ---------------------------------------------------------------------
+
+
+def _true_first(ctx, mask, count):
+    """Flat positions of a 1-d bool ``mask`` (``count`` long), its true elements first, each group in order."""
+    return sort_with_indices(ctx, stablehlo.not_(mask), 0, False, [count])[1]
+
+
+@lower(aten.masked_scatter.default)
+def masked_scatter(ctx, x, mask, source):
+    """The i-th true element of the mask takes ``source``'s i-th element (in row-major order)."""
+    count, available = math.prod(ctx.out_shape), math.prod(ctx.arg_meta(2).shape)
+    flat_mask = reshape(ctx, broadcast_to(ctx, mask, ctx.out_shape), [count])
+    flat_x = reshape(ctx, broadcast_to(ctx, x, ctx.out_shape), [count])
+    order = reshape(ctx, _true_first(ctx, flat_mask, count), [count, 1])
+    rank_of = _scatter(full_like(ctx, [count], 0, torch.int64), _Indexing(order, [0], [], []), iota(ctx, [count], 0))
+    taken = stablehlo.clamp(constant(0, torch.int64), rank_of, constant(max(available - 1, 0), torch.int64))
+    plan = _Indexing(reshape(ctx, taken, [count, 1]), [0], [], [count])
+    values = _gather(ctx, reshape(ctx, source, [available]), [available], plan)
+    return reshape(ctx, stablehlo.select(flat_mask, values, flat_x), ctx.out_shape)
+
+
+@lower(aten.nonzero_static.default)
+def nonzero_static(ctx, x, *, size, fill_value=-1):
+    """The first ``size`` coordinates of nonzero elements, padded with rows of ``fill_value``."""
+    sizes = list(ctx.arg_meta(0).shape)
+    count = math.prod(sizes)
+    if not all(isinstance(s, int) for s in sizes):
+        raise NotImplementedError("nonzero_static of a tensor with symbolic sizes")
+    nonzero = compare(x, full_like(ctx, sizes, 0, dtype_of(x)), "NE") if dtype_of(x) != torch.bool else x
+    flat = reshape(ctx, nonzero, [count])
+    order = _true_first(ctx, flat, count)
+    if size > count:
+        zero = constant(0, torch.int64)
+        order = stablehlo.pad(order, zero, [0], [size - count], [0])
+    else:
+        order = slice_dim(ctx, order, 0, 0, size, [size])
+    found = reduce(ctx, convert(flat, torch.int64), [0], 0, stablehlo.add)
+    kept = compare(iota(ctx, [size], 0), broadcast_in_dim(ctx, found, [size], []), "LT")
+    columns = []
+    for dim, stride in enumerate(_strides(sizes)):
+        coordinate = stablehlo.remainder(stablehlo.divide(order, full_like(ctx, [size], stride, torch.int64)),
+                                         full_like(ctx, [size], sizes[dim], torch.int64))
+        coordinate = stablehlo.select(kept, coordinate, full_like(ctx, [size], fill_value, torch.int64))
+        columns.append(reshape(ctx, coordinate, [size, 1]))
+    if not columns:
+        return full_like(ctx, ctx.out_shape, 0, torch.int64)
+    return stablehlo.concatenate(columns, 1)
+
+
+def _strides(sizes) -> list[int]:
+    return [math.prod(sizes[d + 1:]) for d in range(len(sizes))]
+
+
+@lower(aten.nonzero.default)
+def nonzero(ctx, x):
+    raise NotImplementedError(
+        "nonzero's output size is data-dependent (the number of nonzero elements; torch.export calls it "
+        f"{ctx.out_shape[0]}), and a StableHLO program needs static or input-derived sizes. Instead, keep the "
+        "shape: use a mask (torch.where(x != 0, a, b), masked_fill), or a bounded nonzero, "
+        "x.nonzero_static(size=N, fill_value=-1), whose output has N rows.")

@@ -1,0 +1,185 @@
+"""Run speed: our artifact on the PJRT CPU client against torch eager (``torch.no_grad``), same threads.
+
+Every golden zoo model at a realistic size: text models batch 8 x 128 tokens, vision models
+(ViT, CNN) batch 8 at 224x224, the MLP batch 1024; the quantized entries at their golden
+size. Both sides get the same CPUs: the process is pinned to ``--threads`` CPUs
+(``sched_setaffinity``, before torch and jaxlib start), torch uses that many threads
+(``torch.set_num_threads``) and XLA's CPU client sizes its intra-op pool to the CPUs it may
+use. Calls alternate between torch and ours; medians after warm-up.
+
+Columns: ``ours`` is the whole call (inputs placed on the device, outputs back as torch
+tensors); ``execute`` is the compiled executable alone on inputs already placed. Target:
+ours <= 0.4x torch eager for GPT-2, Llama and BERT.
+
+Then StableHLO ops per transformer layer, by op name: ops in ``@main`` of the model built
+with 2 layers minus those with 1 layer (composite decompositions not counted: the SDPA
+composite is one op), with torchax's count beside ours when torchax imports.
+
+    .venv/bin/python bench/run_speed.py [--threads N] [--repeats 5] [--models gpt2_12layer,bert]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import statistics
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+TEXT = dict(batch=8, length=128)
+VISION = dict(batch=8, image_size=224)
+SIZES = {"mlp": dict(batch=1024), "cnn": VISION, "vit": VISION, "gpt2_2layer": TEXT, "gpt2_2layer_eager": TEXT,
+         "gpt2_12layer": TEXT, "llama": TEXT, "bert": TEXT}
+TARGETS = {"gpt2_2layer", "gpt2_2layer_eager", "gpt2_12layer", "llama", "bert"}
+TARGET_RATIO = 0.4
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--models", help="comma-separated zoo names (default: all)")
+    parser.add_argument("--skip-ops", action="store_true", help="skip the ops-per-layer table")
+    options = parser.parse_args()
+    os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:options.threads])  # before torch/XLA make pools
+
+    import torch
+
+    torch.set_num_threads(options.threads)
+    from golden import zoo
+
+    names = options.models.split(",") if options.models else zoo.names()
+    print(f"threads: torch.set_num_threads({options.threads}); XLA CPU client pinned to the same "
+          f"{options.threads} CPUs (sched_setaffinity); {options.repeats} timed calls each, alternating, medians")
+    print(f"{'model':<24}{'inputs':<26}{'torch (s)':>10}{'ours (s)':>10}{'ratio':>7}{'execute (s)':>12}"
+          f"{'ratio':>7}  target")
+    for name in names:
+        time_model(name, SIZES.get(name, {}), options.repeats)
+    if not options.skip_ops:
+        print()
+        ops_per_layer()
+
+
+def time_model(name: str, size: dict, repeats: int) -> None:
+    import torch
+
+    from exporter import export_to_stablehlo
+    from golden import zoo
+    from runtime import pjrt
+    from runtime.dtypes import to_numpy
+
+    built = zoo.get(name).build(**size)
+    model, args, kwargs = built.model, tuple(built.args), dict(built.kwargs)
+    artifact = export_to_stablehlo(model, args, kwargs)
+    tensors = artifact.signature.tensor_inputs(args, kwargs)
+
+    def eager():
+        with torch.no_grad():
+            return model(*args, **kwargs)
+
+    def ours():
+        return artifact(*args, **kwargs)
+
+    artifact(*args, **kwargs)  # compile, place weights
+    device_inputs = artifact._weights_on_device() + pjrt.put([to_numpy(t) for t in tensors], artifact.platform)
+    executable = artifact._compiled(device_inputs)
+
+    def execute():
+        for output in executable._loaded.execute(device_inputs):
+            output.block_until_ready()
+
+    for warm_up in (eager, ours, execute):
+        warm_up()
+    times = {"eager": [], "ours": [], "execute": []}
+    for _ in range(repeats):
+        for label, fn in (("eager", eager), ("ours", ours), ("execute", execute)):
+            start = time.perf_counter()
+            fn()
+            times[label].append(time.perf_counter() - start)
+    eager_s, ours_s, execute_s = (statistics.median(times[k]) for k in ("eager", "ours", "execute"))
+    shapes = ", ".join("x".join(map(str, t.shape)) for t in tensors)
+    target = (f"<= {TARGET_RATIO}: " + ("met" if ours_s / eager_s <= TARGET_RATIO else "missed")) \
+        if name in TARGETS else ""
+    print(f"{name:<24}{shapes[:25]:<26}{eager_s:>10.3f}{ours_s:>10.3f}{ours_s / eager_s:>7.2f}{execute_s:>12.3f}"
+          f"{execute_s / eager_s:>7.2f}  {target}", flush=True)
+
+
+# -- ops per transformer layer ---------------------------------------------------------------
+
+def _layered(kind: str, layers: int):
+    """(model, kwargs) of a zoo-like transformer with ``layers`` layers, small sizes (op counts do not depend
+    on them)."""
+    import torch
+    import transformers as tf
+
+    torch.manual_seed(0)
+    ids = torch.randint(0, 100, (2, 16))
+    if kind == "gpt2":
+        model = tf.GPT2LMHeadModel(tf.GPT2Config(use_cache=False, n_layer=layers, n_embd=64, n_head=4,
+                                                 vocab_size=100))
+    elif kind == "llama":
+        model = tf.LlamaForCausalLM(tf.LlamaConfig(vocab_size=100, hidden_size=64, intermediate_size=128,
+                                                   num_hidden_layers=layers, num_attention_heads=4,
+                                                   num_key_value_heads=2, use_cache=False))
+    else:
+        model = tf.BertModel(tf.BertConfig(vocab_size=100, hidden_size=64, num_hidden_layers=layers,
+                                           num_attention_heads=4, intermediate_size=128))
+    return model.eval(), {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+
+
+_OP = re.compile(r"^\s*(?:%\S+ = )?\"?((?:stablehlo|chlo|func)\.[a-z_]+)", re.M)
+
+
+def main_ops(text: str) -> Counter:
+    """Op names in ``@main`` of a module's text (private functions, e.g. composite decompositions, left out)."""
+    start = text.index("func.func public @main") if "func.func public @main" in text else text.index("@main")
+    body = text[start:]
+    end = re.search(r"^  }", body, re.M)
+    return Counter(op for op in _OP.findall(body[:end.start() if end else len(body)]) if op != "func.return")
+
+
+def _torchax_text(model, kwargs) -> str:
+    import torch
+    import torchax.export
+
+    program = torch.export.export(model, (), kwargs)
+    return torchax.export.exported_program_to_stablehlo(program)[1].mlir_module()
+
+
+def ops_per_layer() -> None:
+    from exporter import export_to_stablehlo
+
+    try:
+        import torchax.export  # noqa: F401
+        torchax_error = None
+    except Exception as error:  # noqa: BLE001  (not installed, or not importable with this torch)
+        torchax_error = f"{type(error).__name__}: {str(error).splitlines()[0][:120]}"
+    print("StableHLO ops per transformer layer in @main (2-layer model minus 1-layer model)"
+          + ("" if torchax_error is None else f"; torchax unavailable ({torchax_error}): ours alone"))
+    for kind in ("gpt2", "llama", "bert"):
+        counts = {}
+        for exporter_name in ("ours", "torchax") if torchax_error is None else ("ours",):
+            per_layers = []
+            for layers in (1, 2):
+                model, kwargs = _layered(kind, layers)
+                text = export_to_stablehlo(model, (), kwargs).stablehlo_text if exporter_name == "ours" \
+                    else _torchax_text(model, kwargs)
+                per_layers.append(main_ops(text))
+            counts[exporter_name] = per_layers[1] - per_layers[0]
+        ours = counts["ours"]
+        line = f"{kind:<6} ours {sum(ours.values()):>4} ops/layer"
+        if "torchax" in counts:
+            line += f", torchax {sum(counts['torchax'].values()):>4}"
+        print(line)
+        names = sorted(set(ours) | set(counts.get("torchax", {})), key=lambda op: -ours.get(op, 0))
+        print("       " + ", ".join(f"{op.split('.', 1)[1]} {ours.get(op, 0)}"
+                                    + (f"/{counts['torchax'].get(op, 0)}" if "torchax" in counts else "")
+                                    for op in names))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,72 @@
+"""Fourier transforms against eager torch: rfft/irfft/fft/ifft and their n-d forms, norms, dims; complex views."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.support import assert_lowers, assert_matches_eager, make
+
+aten = torch.ops.aten
+FLOAT_AND_COMPLEX = [(torch.float32, torch.complex64), (torch.float64, torch.complex128)]
+
+
+def complex_input(shape, dtype=torch.complex64):
+    return torch.complex(make(shape, torch.float64, normal=True),
+                         make(shape, torch.float64, seed=1, normal=True)).to(dtype)
+
+
+@pytest.mark.parametrize("dtypes", FLOAT_AND_COMPLEX)
+@pytest.mark.parametrize("dim, norm", [(-1, None), (0, "forward"), (1, "ortho")])
+def test_rfft_irfft(dim, norm, dtypes):
+    real, complex_ = dtypes
+    x, spectrum = make((6, 8, 5), real, normal=True), complex_input((6, 8, 5), complex_)
+    assert_lowers({aten._fft_r2c.default}, lambda x: torch.fft.rfft(x, dim=dim, norm=norm), x)
+    assert_lowers({aten._fft_c2r.default}, lambda x: torch.fft.irfft(x, dim=dim, norm=norm), spectrum)
+    assert_matches_eager(lambda x: torch.fft.irfft(x, n=7, dim=dim, norm=norm), spectrum)
+
+
+@pytest.mark.parametrize("dtypes, norm", [(FLOAT_AND_COMPLEX[0], None), (FLOAT_AND_COMPLEX[0], "forward"),
+                                          (FLOAT_AND_COMPLEX[1], "ortho")])
+def test_fft_ifft(norm, dtypes):
+    real, complex_ = dtypes
+    x = complex_input((4, 6), complex_)
+    assert_lowers({aten._fft_c2c.default}, lambda x: torch.fft.fft(x, norm=norm), x)
+    assert_matches_eager(lambda x: torch.fft.ifft(x, dim=0, norm=norm), x)
+    assert_matches_eager(lambda x: torch.fft.fft(x, norm=norm), make((4, 6), real, normal=True))  # full r2c
+
+
+@pytest.mark.parametrize("dims, norm", [((0, 1), None), ((-1, 0), "ortho"), ((0, 1, 2), "forward")])
+def test_n_dimensional(dims, norm):
+    x, spectrum = make((4, 6, 5), normal=True), complex_input((4, 6, 5))
+    assert_matches_eager(lambda x: torch.fft.rfftn(x, dim=dims, norm=norm), x)
+    assert_matches_eager(lambda x: torch.fft.irfftn(x, dim=dims, norm=norm), spectrum)
+    assert_matches_eager(lambda x: torch.fft.fftn(x, dim=dims, norm=norm), spectrum)
+    assert_matches_eager(lambda x: torch.fft.ifftn(x, dim=dims, norm=norm), spectrum)
+
+
+def test_padded_and_cropped_lengths():
+    x = make((4, 6), normal=True)
+    assert_matches_eager(lambda x: torch.fft.rfft(x, n=9), x)
+    assert_matches_eager(lambda x: torch.fft.rfft(x, n=4), x)
+    assert_matches_eager(lambda x: torch.fft.fft2(x, s=(3, 3)), x)  # cropped only: padding a complex tensor
+    # (constant_pad_nd with a complex zero) is not lowered yet
+
+
+def test_complex_views():
+    """What export makes of ``.real``, ``.imag`` and ``view_as_real`` on a spectrum, and of view_as_complex."""
+    x = make((4, 8), normal=True)
+    assert_lowers({aten.view_as_real.default}, lambda x: torch.view_as_real(torch.fft.rfft(x)), x)
+    assert_matches_eager(lambda x: (torch.fft.rfft(x).real, torch.fft.rfft(x).imag), x)
+    assert_lowers({aten.view_as_complex.default},
+                  lambda x: torch.view_as_real(torch.view_as_complex(x.reshape(4, 4, 2)) ** 2), x)
+    assert_matches_eager(lambda x: torch.fft.irfft(torch.fft.rfft(x) * torch.fft.rfft(x)), x)
+
+
+def test_zero_padded_transform_and_complex_scalar_arithmetic():
+    """Padding a complex tensor and scaling it need complex constants."""
+    assert_matches_eager(lambda x: torch.fft.fft2(x, s=(6, 6)) * 2 + 1, make((3, 4, 4)))
+
+
+def test_complex_from_broadcast_parts():
+    assert_lowers([torch.ops.aten.complex.default],
+                  lambda re, im: torch.view_as_real(torch.complex(re, im)), make((3, 4)), make((4,), seed=1))

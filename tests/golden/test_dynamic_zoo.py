@@ -1,0 +1,78 @@
+"""Dynamic zoo variants (``golden.zoo.DYNAMIC``): each model exported once with a symbolic batch (and, for text
+models, sequence) dim and run at every size of its variant, the min and max of each range included, against
+eager torch at the zoo's tolerance; and a saved dynamic bundle run in a new process at a size it never saw.
+
+``gpt2_12layer`` is left to ``python -m golden.dynamic`` (its export and four compiles take minutes on a
+loaded 2-core machine); every other variant is checked here.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from golden import zoo
+from golden.dynamic import ERROR, check_size, export_variant
+
+ROOT = Path(__file__).resolve().parents[2]
+IN_RUNNER_ONLY = {"gpt2_12layer"}
+
+
+def test_every_float_zoo_model_has_a_dynamic_variant():
+    floats = [name for name in zoo.names() if "quantized" not in zoo.get(name).tags]
+    assert sorted(zoo.DYNAMIC) == sorted(floats)
+    for name, variant in zoo.DYNAMIC.items():
+        for param, (low, high) in variant.ranges.items():
+            sizes = [size[param] for size in variant.sizes]
+            assert low in sizes and high in sizes, (name, param)
+            assert variant.example[param] >= 2
+        if "transformers" in zoo.get(name).tags and name != "vit":
+            assert set(variant.ranges) == {"batch", "length"}, name
+
+
+@pytest.fixture(scope="module", params=[n for n in zoo.DYNAMIC if n not in IN_RUNNER_ONLY])
+def exported(request):
+    """Each variant exported once; the test below runs that one artifact at every size."""
+    return (request.param, *export_variant(request.param))
+
+
+def test_one_artifact_matches_eager_at_every_size(exported):
+    name, built, artifact = exported
+    low_high = {zoo.DynamicVariant.DIM_NAMES[p]: list(r) for p, r in zoo.get(name).dynamic.ranges.items()}
+    assert artifact.signature.dims == low_high
+    results = [check_size(name, built.model, artifact, size) for size in zoo.get(name).dynamic.sizes]
+    failed = [r.line(zoo.get(name).tolerance) for r in results if not r.ok]
+    assert not failed, "\n".join(failed)
+    assert not any(r.status == ERROR for r in results)
+
+
+LOAD_AND_RUN = """
+import sys, torch
+from exporter import load_artifact
+from golden import store
+artifact = load_artifact(sys.argv[1])
+kwargs, expected = torch.load(sys.argv[2])
+comparison = store.compare([artifact(**kwargs)[0]], [expected], float(sys.argv[3]))
+assert comparison.ok, (comparison.max_rel, comparison.problems)
+print("ran at", tuple(kwargs["input_ids"].shape), "max rel error", comparison.max_rel)
+"""
+
+
+def test_saved_dynamic_bundle_runs_in_a_new_process_at_a_new_size(tmp_path):
+    name = "gpt2_2layer"
+    built, artifact = export_variant(name)
+    path = artifact.save(tmp_path / name)
+    inputs = zoo.get(name).build(batch=5, length=23)  # no size of the variant: never compiled anywhere
+    with torch.no_grad():
+        expected = built.model(**inputs.kwargs)[0]
+    torch.save((inputs.kwargs, expected), tmp_path / "io.pt")
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    result = subprocess.run([sys.executable, "-c", LOAD_AND_RUN, str(path), str(tmp_path / "io.pt"),
+                             str(zoo.get(name).tolerance)], capture_output=True, text=True, env=env, cwd=ROOT,
+                            timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "ran at (5, 23)" in result.stdout
