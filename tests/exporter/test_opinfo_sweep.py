@@ -12,11 +12,12 @@ import pytest
 
 from aten_lowerings.registry import lowering_for, op_name
 from exporter.coverage import core_aten_ops, letters, sweep_entry
-from exporter.opinfo_sweep import STATUS, opinfos
+from exporter.opinfo_sweep import COUNTED, STATUS, opinfos
 from quantize import quantized_lowerings
 
 REPORT = json.loads((Path(__file__).parents[2] / "docs" / "coverage.json").read_text())
 PASSED, FAILED = STATUS["passed"], STATUS["failed"]
+UNCOUNTED = {STATUS[s] for s in STATUS if s not in COUNTED}  # e.g. lstsq: eager is sometimes nondeterministic
 
 
 def test_report_rows_match_the_registry():
@@ -54,7 +55,7 @@ def test_sweep_matches_report(name):
         assert sorted(now) == sorted(then), f"{name} ({which}): dtypes swept differ from the report"
         for dtype in now:
             mismatched = [(i, was, got) for i, (was, got) in enumerate(zip(then[dtype], now[dtype]))
-                          if was != got and not (was == FAILED and got == PASSED)]
+                          if was != got and not (was == FAILED and got == PASSED) and not {was, got} <= UNCOUNTED]
             reasons = [results[dtype][i].reason for i, _, _ in mismatched]
             assert len(now[dtype]) == len(then[dtype]) and not mismatched, (
                 f"{name} ({which}, {dtype}): report says {then[dtype]}, sweep gives {now[dtype]}: {reasons}")
