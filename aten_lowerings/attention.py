@@ -1,4 +1,4 @@
-"""Attention: scaled_dot_product_attention (masks, causal, scale, grouped-query).
+"""Attention: scaled_dot_product_attention (masks, causal, scale, grouped-query, dropout).
 
 The decomposition is wrapped in a ``stablehlo.composite`` so a backend can
 match the whole op (its attributes: scale, is_causal, enable_gqa) and anything
@@ -6,7 +6,8 @@ else runs the decomposition function. Products are ``dot_general`` with the
 leading dims as batch dims (grouped-query attention splits the query heads
 into (kv heads, group) instead of repeating keys and values); the softmax is
 computed in float32 for low precision, normalized after the product with
-values, and a fully masked row gives zeros, as torch does.
+values, and a fully masked row gives zeros, as torch does. With dropout the
+op is random, and inlined rather than a composite.
 """
 from __future__ import annotations
 
@@ -17,11 +18,12 @@ from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import func, stablehlo
 
 from .context import LoweringContext
-from .helpers import (broadcast_in_dim, broadcast_to, compare, compute_dtype, convert, dtype_of, full_like, iota,
-                      reduce, reshape)
+from .helpers import (broadcast_in_dim, broadcast_to, compare, compute_dtype, convert, dtype_of, enclosing_module,
+                      full_like, iota, reduce, reshape)
 from .linalg import contract
 from .mlir_types import mlir_shape, tensor_type
 from .registry import lower
+from .sampling import dropout_values
 from .shape_values import I64, SymbolicDims
 
 aten = torch.ops.aten
@@ -55,9 +57,7 @@ class _ArgumentDims(SymbolicDims):
 def _composite(ctx, name: str, operands, metas, attributes: dict, result_types, body):
     """``stablehlo.composite`` named ``name`` whose decomposition is a new private function of the
     module; ``body(body_ctx, *arguments)`` emits it and returns its results."""
-    module = ir.InsertionPoint.current.block.owner.operation
-    while module.name != "builtin.module":
-        module = module.parent
+    module = enclosing_module()
     function = func.FuncOp(name.replace(".", "_"), ([v.type for v in operands], result_types),
                            visibility="private", ip=ir.InsertionPoint(module.regions[0].blocks[0]))
     symbol = ir.SymbolTable(module).insert(function.operation)
@@ -71,8 +71,10 @@ def _composite(ctx, name: str, operands, metas, attributes: dict, result_types, 
 
 # -- the decomposition ------------------------------------------------------------------
 
-def _attention(ctx, metas, query, key, value, mask, scale: float, is_causal: bool, groups: int, outputs: int):
-    """Attention output, and with ``outputs=2`` the log-sum-exp, in float32 for low precision."""
+def _attention(ctx, metas, query, key, value, mask, scale: float, is_causal: bool, groups: int, outputs: int,
+               dropout_p: float = 0.0):
+    """Attention output, and with ``outputs=2`` the log-sum-exp, in float32 for low precision; with
+    ``dropout_p`` the softmax weights go through dropout (``ctx`` must draw random numbers)."""
     q_sizes, k_sizes, v_sizes = (list(m.shape) for m in metas)
     dtype = compute_dtype(dtype_of(query))
     length, source = q_sizes[-2], k_sizes[-2]
@@ -92,7 +94,7 @@ def _attention(ctx, metas, query, key, value, mask, scale: float, is_causal: boo
         rank = len(scores_sizes)
         scores = _apply_mask(ctx, scores, broadcast_in_dim(ctx, causal, scores_sizes, [rank - 2, rank - 1]),
                              scores_sizes)
-    return _softmax_times_values(ctx, scores, scores_sizes, value, v_sizes, q_sizes, batch, outputs)
+    return _softmax_times_values(ctx, scores, scores_sizes, value, v_sizes, q_sizes, batch, outputs, dropout_p)
 
 
 def _apply_mask(ctx, scores, mask, sizes):
@@ -102,7 +104,7 @@ def _apply_mask(ctx, scores, mask, sizes):
     return stablehlo.add(scores, convert(mask, dtype_of(scores)))
 
 
-def _softmax_times_values(ctx, scores, scores_sizes, value, v_sizes, q_sizes, batch, outputs):
+def _softmax_times_values(ctx, scores, scores_sizes, value, v_sizes, q_sizes, batch, outputs, dropout_p=0.0):
     dtype = dtype_of(scores)
     rows_sizes, row_dims = scores_sizes[:-1], list(range(len(scores_sizes) - 1))
     row_max = reduce(ctx, scores, [len(scores_sizes) - 1], float("-inf"), stablehlo.maximum)
@@ -114,6 +116,8 @@ def _softmax_times_values(ctx, scores, scores_sizes, value, v_sizes, q_sizes, ba
     total = reduce(ctx, weights, [len(scores_sizes) - 1], 0, stablehlo.add)
     total = stablehlo.select(compare(total, zeros, "EQ"), full_like(ctx, rows_sizes, 1, dtype), total)
     out_sizes = rows_sizes + [v_sizes[-1]]
+    if dropout_p:  # dropout of the softmax: the unnormalized weights, divided by the total below
+        weights = dropout_values(ctx, weights, dropout_p, scores_sizes, dtype)[0]
     if len(q_sizes) == 4 and q_sizes[-1] == v_sizes[-1]:
         # torch runs these shapes with its CPU flash kernel, which rounds the exponentials to the
         # inputs' dtype before the product with values (its math fallback stays in float32)
@@ -129,10 +133,8 @@ def _softmax_times_values(ctx, scores, scores_sizes, value, v_sizes, q_sizes, ba
 
 # -- the ops ---------------------------------------------------------------------------------
 
-def _options(ctx, dropout_p, scale, enable_gqa) -> tuple[float, int]:
+def _options(ctx, scale, enable_gqa) -> tuple[float, int]:
     """The scale (default 1/sqrt(E)) and the query-head group size, after checking what is supported."""
-    if dropout_p != 0:
-        raise NotImplementedError(f"attention with dropout_p={dropout_p}: random ops are not supported yet")
     q_sizes, k_sizes = ctx.arg_meta(0).shape, ctx.arg_meta(1).shape
     if scale is None:
         if not isinstance(q_sizes[-1], int):
@@ -165,7 +167,11 @@ def _attention_composite(ctx, name, query, key, value, mask, scale, is_causal, g
 @lower(aten.scaled_dot_product_attention.default)
 def scaled_dot_product_attention(ctx, query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, *,
                                  scale=None, enable_gqa=False):
-    scale, groups = _options(ctx, dropout_p, scale, enable_gqa)
+    scale, groups = _options(ctx, scale, enable_gqa)
+    if dropout_p:  # random, so no composite: its decomposition function could not reach the rng_seed argument
+        metas = [ctx.arg_meta(i) for i in range(3)]
+        out = _attention(ctx, metas, query, key, value, attn_mask, scale, is_causal, groups, 1, dropout_p)[0]
+        return convert(out, ctx.out_dtype)
     return _attention_composite(ctx, "torch.aten.scaled_dot_product_attention", query, key, value, attn_mask,
                                 scale, is_causal, groups, outputs=1)
 
@@ -173,6 +179,9 @@ def scaled_dot_product_attention(ctx, query, key, value, attn_mask=None, dropout
 @lower(aten._scaled_dot_product_flash_attention_for_cpu.default)
 def flash_attention_for_cpu(ctx, query, key, value, dropout_p=0.0, is_causal=False, *, attn_mask=None, scale=None):
     """Output and log-sum-exp (0 for a fully masked row, as torch's kernel)."""
-    scale, _ = _options(ctx, dropout_p, scale, False)
+    if dropout_p != 0:
+        raise NotImplementedError(f"flash attention with dropout_p={dropout_p} (scaled_dot_product_attention "
+                                  f"with dropout is lowered)")
+    scale, _ = _options(ctx, scale, False)
     return _attention_composite(ctx, "torch.aten._scaled_dot_product_flash_attention_for_cpu", query, key, value,
                                 attn_mask, scale, is_causal, 1, outputs=2)

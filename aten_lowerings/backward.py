@@ -13,10 +13,10 @@ import torch
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
-from .conv_pool import _bin_matrix, convolve, flipped_kernel, per_dim
+from .conv_pool import bin_matrix, convolve, flipped_kernel, per_dim
 from .helpers import (array_constant, as_tensor, broadcast_in_dim, broadcast_to, compare, compute_dtype, constant,
                       convert, dtype_of, full_like, rank, reduce, reshape, static_shape)
-from .indexing import _coordinates, _Indexing, _scatter
+from .indexing import along_dim_plan, IndexPlan, scatter_plan
 from .linalg import contract
 from .mlir_types import element_type, mlir_shape
 from .registry import lower
@@ -202,7 +202,7 @@ def adaptive_avg_pool2d_backward(ctx, grad, x):
     value, lead = convert(grad, dtype), rank(grad) - 2
     for size, out in zip(static_shape(x)[-2:], static_shape(grad)[-2:]):
         shape = static_shape(value)
-        matrix = convert(array_constant(_bin_matrix(size, out), torch.float32), dtype)
+        matrix = convert(array_constant(bin_matrix(size, out), torch.float32), dtype)
         value = contract(value, matrix, [], [], [lead], [0], shape[:lead] + shape[lead + 1:] + [size], dtype)
     return convert(value, ctx.out_dtype)
 
@@ -215,8 +215,8 @@ def max_pool2d_with_indices_backward(ctx, grad, x, kernel_size, stride, padding,
 
     updates = flat(ctx.arg_meta(0).shape)
     dtype = compute_dtype(ctx.out_dtype)
-    plan = _coordinates(ctx, len(updates) - 1, reshape(ctx, indices, updates), updates)
-    summed = _scatter(full_like(ctx, flat(ctx.out_shape), 0, dtype), plan, reshape(ctx, convert(grad, dtype), updates),
+    plan = along_dim_plan(ctx, len(updates) - 1, reshape(ctx, indices, updates), updates)
+    summed = scatter_plan(full_like(ctx, flat(ctx.out_shape), 0, dtype), plan, reshape(ctx, convert(grad, dtype), updates),
                       stablehlo.add)
     return reshape(ctx, convert(summed, ctx.out_dtype), ctx.out_shape)
 
@@ -231,14 +231,14 @@ def embedding_dense_backward(ctx, grad, indices, num_weights, padding_idx, scale
     rows, width = ctx.out_shape
     dtype = compute_dtype(ctx.out_dtype)
     positions = reshape(ctx, convert(indices, torch.int64), [count, 1])
-    plan = _Indexing(positions, [0], [1], [])
+    plan = IndexPlan(positions, [0], [1], [])
     updates = reshape(ctx, convert(grad, dtype), [count, width])
     padding = compare(positions, full_like(ctx, [count, 1], padding_idx, torch.int64), "EQ")
     updates = stablehlo.select(broadcast_to(ctx, padding, [count, width]), full_like(ctx, [count, width], 0, dtype),
                                updates)
-    table = _scatter(full_like(ctx, [rows, width], 0, dtype), plan, updates, stablehlo.add)
+    table = scatter_plan(full_like(ctx, [rows, width], 0, dtype), plan, updates, stablehlo.add)
     if scale_grad_by_freq:
-        counts = _scatter(full_like(ctx, [rows, 1], 0, dtype), plan, full_like(ctx, [count, 1], 1, dtype),
+        counts = scatter_plan(full_like(ctx, [rows, 1], 0, dtype), plan, full_like(ctx, [count, 1], 1, dtype),
                           stablehlo.add)
         counts = stablehlo.maximum(counts, full_like(ctx, [rows, 1], 1, dtype))
         table = stablehlo.divide(table, broadcast_to(ctx, counts, [rows, width]))

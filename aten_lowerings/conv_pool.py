@@ -292,7 +292,7 @@ for _n, _op in ((1, aten.avg_pool1d), (2, aten.avg_pool2d), (3, aten.avg_pool3d)
 
 # -- adaptive average pooling ----------------------------------------------------------------
 
-def _bin_matrix(in_size: int, out_size: int) -> np.ndarray:
+def bin_matrix(in_size: int, out_size: int) -> np.ndarray:
     """(out, in) weights averaging torch's adaptive bins [floor(i*in/out), ceil((i+1)*in/out))."""
     matrix = np.zeros((out_size, in_size), dtype=np.float32)
     for i in range(out_size):
@@ -313,7 +313,7 @@ def _adaptive_avg_pool(ctx, x, output_size, *, n):
     for size, out in zip(sizes, outs):
         shape = static_shape(value)
         out_shape = shape[:lead] + shape[lead + 1:] + [out]
-        matrix = convert(array_constant(_bin_matrix(size, out), torch.float32), dtype)
+        matrix = convert(array_constant(bin_matrix(size, out), torch.float32), dtype)
         value = contract(value, matrix, [], [], [lead], [1], out_shape, dtype)
     return convert(value, ctx.out_dtype)
 

@@ -62,18 +62,6 @@ def cast(ctx, x, *args, **kwargs):
     return convert(x, ctx.out_dtype)
 
 
-def _check_eval(train):
-    if train is None or train:
-        raise NotImplementedError("this dropout variant in training mode is not lowered (dropout and native_dropout "
-                                  "are); or export the model in eval mode")
-
-
-@lower(aten.feature_dropout.default, aten.alpha_dropout.default, aten.feature_alpha_dropout.default)
-def dropout(ctx, x, p, train):
-    _check_eval(train)
-    return x
-
-
 @lower(aten._assert_tensor_metadata.default, aten._assert_scalar.default, aten._assert_async.default,
        aten._assert_async.msg)
 def assert_(ctx, *args, **kwargs):

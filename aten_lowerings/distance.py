@@ -16,7 +16,7 @@ from jaxlib.mlir.dialects import stablehlo
 from .elementwise import maximum, minimum
 from .helpers import (array_constant, as_tensor, broadcast_in_dim, compare, compute_dtype, convert, dtype_of,
                       full_like, iota, reduce, reshape)
-from .indexing import _gather, _Indexing, _indexing, _scatter
+from .indexing import gather_plan, IndexPlan, index_plan, scatter_plan
 from .linalg import contract
 from .registry import lower
 from .shape_ops import slice_dim
@@ -101,8 +101,8 @@ def pdist(ctx, x, p=2.0):
 
 def _rows(ctx, x, x_sizes, positions, count):
     """Rows of ``x`` (2-d, torch sizes ``x_sizes``) at the 1-d int64 ``positions`` (``count`` of them)."""
-    plan = _Indexing(reshape(ctx, positions, [count, 1]), [0], [1], [count, x_sizes[1]])
-    return _gather(ctx, x, x_sizes, plan)
+    plan = IndexPlan(reshape(ctx, positions, [count, 1]), [0], [1], [count, x_sizes[1]])
+    return gather_plan(ctx, x, x_sizes, plan)
 
 
 
@@ -118,18 +118,18 @@ def embedding_bag(ctx, weight, indices, offsets, scale_grad_by_freq=False, mode=
     out_dtype, weight_sizes = ctx.out_meta[0].dtype, ctx.arg_meta(0).shape
     dtype = compute_dtype(out_dtype)
     bag = _bag_of_each_index(ctx, slice_dim(ctx, offsets, 0, 0, bags, [bags]), count, bags)
-    into_bags = _Indexing(reshape(ctx, bag, [count, 1]), [0], [1], [])
+    into_bags = IndexPlan(reshape(ctx, bag, [count, 1]), [0], [1], [])
     kept = compare(indices, full_like(ctx, [count], padding_idx, dtype_of(indices)), "NE")
-    sizes = _scatter(full_like(ctx, [bags], 0, torch.int64), into_bags._replace(window_positions=[]),
+    sizes = scatter_plan(full_like(ctx, [bags], 0, torch.int64), into_bags._replace(window_positions=[]),
                      convert(kept, torch.int64), stablehlo.add)
-    rows = _gather(ctx, weight, weight_sizes, _indexing(ctx, weight_sizes, {0: (indices, ctx.arg_meta(1))}))
+    rows = gather_plan(ctx, weight, weight_sizes, index_plan(ctx, weight_sizes, {0: (indices, ctx.arg_meta(1))}))
     rows = convert(rows, dtype)
     if per_sample_weights is not None:
         rows = stablehlo.multiply(rows, broadcast_in_dim(ctx, convert(per_sample_weights, dtype), [count, width], [0]))
     kept = broadcast_in_dim(ctx, kept, [count, width], [0])
     left_out = -math.inf if mode == 2 else 0  # what a padding row adds to its bag
     rows = stablehlo.select(kept, rows, full_like(ctx, [count, width], left_out, dtype))
-    bagged = _scatter(full_like(ctx, [bags, width], left_out, dtype), into_bags, rows,
+    bagged = scatter_plan(full_like(ctx, [bags, width], left_out, dtype), into_bags, rows,
                       maximum if mode == 2 else stablehlo.add)
     per_bag = broadcast_in_dim(ctx, sizes, [bags, width], [0])
     if mode == 0:
@@ -156,10 +156,10 @@ def _bag_of_each_index(ctx, starts, count, bags):
 def _first_maximum(ctx, rows, peak, into_bags, indices, count, out_sizes):
     """For each bag and column, the entry of ``indices`` whose row holds the bag's maximum (the first one)."""
     width = out_sizes[1]
-    own_peak = _gather(ctx, peak, list(out_sizes), into_bags._replace(sizes=[count, width]))
+    own_peak = gather_plan(ctx, peak, list(out_sizes), into_bags._replace(sizes=[count, width]))
     position = iota(ctx, [count, width], 0)
     candidate = stablehlo.select(compare(rows, own_peak, "EQ"), position,
                                  full_like(ctx, [count, width], count - 1, torch.int64))
-    first = _scatter(full_like(ctx, list(out_sizes), count - 1, torch.int64), into_bags, candidate, minimum)
-    at = _Indexing(reshape(ctx, first, [*out_sizes, 1]), [0], [], list(out_sizes))
-    return _gather(ctx, indices, [count], at)
+    first = scatter_plan(full_like(ctx, list(out_sizes), count - 1, torch.int64), into_bags, candidate, minimum)
+    at = IndexPlan(reshape(ctx, first, [*out_sizes, 1]), [0], [], list(out_sizes))
+    return gather_plan(ctx, indices, [count], at)

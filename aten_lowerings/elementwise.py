@@ -41,7 +41,7 @@ maximum = _nan_propagating(stablehlo.maximum)
 minimum = _nan_propagating(stablehlo.minimum)
 
 
-def _elementwise(formula, operand_dtype=None):
+def elementwise_rule(formula, operand_dtype=None):
     """Rule applying ``formula(ctx, *values)`` to the operands promoted to ``operand_dtype`` (default: the
     output's compute dtype) and broadcast to the output; the result is converted to the output dtype."""
 
@@ -52,15 +52,15 @@ def _elementwise(formula, operand_dtype=None):
     return rule
 
 
-def _register(op, *targets, operand_dtype=None):
-    lower(*targets)(_elementwise(lambda ctx, *values: op(*values), operand_dtype))
+def register_elementwise(op, *targets, operand_dtype=None):
+    lower(*targets)(elementwise_rule(lambda ctx, *values: op(*values), operand_dtype))
 
 
-def _formula(*targets):
-    """Register ``formula(ctx, *values)`` as an elementwise rule (see ``_elementwise``)."""
+def elementwise_formula(*targets):
+    """Register ``formula(ctx, *values)`` as an elementwise rule (see ``elementwise_rule``)."""
 
     def register(formula):
-        lower(*targets)(_elementwise(formula))
+        lower(*targets)(elementwise_rule(formula))
         return formula
 
     return register
@@ -86,14 +86,14 @@ def _with_alpha(op):
 
 lower(aten.add.Tensor, aten.add.Scalar)(_with_alpha(stablehlo.add))
 lower(aten.sub.Tensor, aten.sub.Scalar)(_with_alpha(stablehlo.subtract))
-_register(stablehlo.multiply, aten.mul.Tensor, aten.mul.Scalar)
-_register(stablehlo.divide, aten.div.Tensor, aten.div.Scalar, aten.true_divide.Tensor, aten.true_divide.Scalar)
-_register(maximum, aten.maximum.default, aten.max.other)
-_register(minimum, aten.minimum.default, aten.min.other)
-atan2 = lower(aten.atan2.default)(_elementwise(lambda ctx, a, b: stablehlo.atan2(a, b)))
+register_elementwise(stablehlo.multiply, aten.mul.Tensor, aten.mul.Scalar)
+register_elementwise(stablehlo.divide, aten.div.Tensor, aten.div.Scalar, aten.true_divide.Tensor, aten.true_divide.Scalar)
+register_elementwise(maximum, aten.maximum.default, aten.max.other)
+register_elementwise(minimum, aten.minimum.default, aten.min.other)
+atan2 = lower(aten.atan2.default)(elementwise_rule(lambda ctx, a, b: stablehlo.atan2(a, b)))
 lower(aten.atan2.out)(lambda ctx, x, y, *, out=None: atan2(ctx, x, y))  # ``out`` only says where to write
-_register(stablehlo.remainder, aten.fmod.Tensor, aten.fmod.Scalar)
-_register(lambda x: stablehlo.multiply(x, x), aten.square.default)
+register_elementwise(stablehlo.remainder, aten.fmod.Tensor, aten.fmod.Scalar)
+register_elementwise(lambda x: stablehlo.multiply(x, x), aten.square.default)
 
 
 @lower(aten.rsub.Scalar, aten.rsub.Tensor)
@@ -105,10 +105,10 @@ def rsub(ctx, x, y, alpha=1):
        aten.float_power.Tensor_Scalar, aten.float_power.Tensor_Tensor, aten.float_power.Scalar)
 def pow_(ctx, base, exponent):
     if isinstance(exponent, (int, float)) and exponent == 2:
-        return _elementwise(lambda ctx, x: stablehlo.multiply(x, x))(ctx, base)
+        return elementwise_rule(lambda ctx, x: stablehlo.multiply(x, x))(ctx, base)
     if isinstance(exponent, (int, float)) and exponent == 3:  # (x * x) * x, as torch's CPU kernel (GELU-tanh)
-        return _elementwise(lambda ctx, x: stablehlo.multiply(stablehlo.multiply(x, x), x))(ctx, base)
-    return _elementwise(lambda ctx, x, y: stablehlo.power(x, y))(ctx, base, exponent)
+        return elementwise_rule(lambda ctx, x: stablehlo.multiply(stablehlo.multiply(x, x), x))(ctx, base)
+    return elementwise_rule(lambda ctx, x, y: stablehlo.power(x, y))(ctx, base, exponent)
 
 
 def _sign_differs(ctx, remainder, divisor):
@@ -156,7 +156,7 @@ def floor_divide(ctx, x, y):
     return div_mode(ctx, x, y, rounding_mode="floor")
 
 
-@_formula(aten.remainder.Tensor, aten.remainder.Scalar, aten.remainder.Scalar_Tensor)
+@elementwise_formula(aten.remainder.Tensor, aten.remainder.Scalar, aten.remainder.Scalar_Tensor)
 def remainder(ctx, a, b):
     """Python's modulo: the result takes the divisor's sign."""
     mod = stablehlo.remainder(a, b)
@@ -183,7 +183,7 @@ def clamp_max(ctx, x, max):
     return clamp(ctx, x, max=max)
 
 
-@_formula(aten.lerp.Scalar, aten.lerp.Tensor)
+@elementwise_formula(aten.lerp.Scalar, aten.lerp.Tensor)
 def lerp(ctx, start, end, weight):
     """torch's two-sided form, exact at both ends."""
     diff = stablehlo.subtract(end, start)
@@ -206,13 +206,13 @@ for _op, _targets in {
     chlo.sinh: [aten.sinh.default], chlo.cosh: [aten.cosh.default], chlo.asinh: [aten.asinh.default],
     chlo.acosh: [aten.acosh.default], chlo.atanh: [aten.atanh.default],
     chlo.erf: [aten.erf.default], chlo.erfc: [aten.erfc.default], chlo.erf_inv: [aten.erfinv.default],
-    chlo.lgamma: [aten.lgamma.default], chlo.digamma: [aten.digamma.default],
+    chlo.lgamma: [aten.lgamma.default],
     _float_only(stablehlo.floor): [aten.floor.default], _float_only(stablehlo.ceil): [aten.ceil.default],
     _float_only(stablehlo.round_nearest_even): [aten.round.default],
     _float_only(_trunc): [aten.trunc.default, aten.fix.default],
     _float_only(lambda x: stablehlo.subtract(x, _trunc(x))): [aten.frac.default],
 }.items():
-    _register(_op, *_targets)
+    register_elementwise(_op, *_targets)
 
 
 @lower(aten.sign.default, aten.sgn.default)
@@ -220,22 +220,22 @@ def sign(ctx, x):
     return x if ctx.out_dtype == torch.bool else stablehlo.sign(x)
 
 
-@_formula(aten.reciprocal.default)
+@elementwise_formula(aten.reciprocal.default)
 def reciprocal(ctx, x):
     return stablehlo.divide(scalar(ctx, 1, x), x)
 
 
-@_formula(aten.exp2.default)
+@elementwise_formula(aten.exp2.default)
 def exp2(ctx, x):
     return stablehlo.power(scalar(ctx, 2, x), x)
 
 
-@_formula(aten.log2.default)
+@elementwise_formula(aten.log2.default)
 def log2(ctx, x):
     return stablehlo.divide(stablehlo.log(x), scalar(ctx, math.log(2), x))
 
 
-@_formula(aten.log10.default)
+@elementwise_formula(aten.log10.default)
 def log10(ctx, x):
     return stablehlo.divide(stablehlo.log(x), scalar(ctx, math.log(10), x))
 
@@ -264,14 +264,14 @@ for _direction, _ops in {"EQ": aten.eq, "NE": aten.ne, "LT": aten.lt, "LE": aten
     lower(_ops.Tensor, _ops.Scalar)(_compare(_direction))
 
 
-_register(stablehlo.and_, aten.logical_and.default, operand_dtype=torch.bool)
-_register(stablehlo.or_, aten.logical_or.default, operand_dtype=torch.bool)
-_register(stablehlo.xor, aten.logical_xor.default, operand_dtype=torch.bool)
-_register(stablehlo.not_, aten.logical_not.default, operand_dtype=torch.bool)
-_register(stablehlo.and_, aten.bitwise_and.Tensor, aten.bitwise_and.Scalar, aten.__and__.Tensor, aten.__and__.Scalar)
-_register(stablehlo.or_, aten.bitwise_or.Tensor, aten.bitwise_or.Scalar, aten.__or__.Tensor, aten.__or__.Scalar)
-_register(stablehlo.xor, aten.bitwise_xor.Tensor, aten.bitwise_xor.Scalar, aten.__xor__.Tensor, aten.__xor__.Scalar)
-_register(stablehlo.not_, aten.bitwise_not.default)
+register_elementwise(stablehlo.and_, aten.logical_and.default, operand_dtype=torch.bool)
+register_elementwise(stablehlo.or_, aten.logical_or.default, operand_dtype=torch.bool)
+register_elementwise(stablehlo.xor, aten.logical_xor.default, operand_dtype=torch.bool)
+register_elementwise(stablehlo.not_, aten.logical_not.default, operand_dtype=torch.bool)
+register_elementwise(stablehlo.and_, aten.bitwise_and.Tensor, aten.bitwise_and.Scalar, aten.__and__.Tensor, aten.__and__.Scalar)
+register_elementwise(stablehlo.or_, aten.bitwise_or.Tensor, aten.bitwise_or.Scalar, aten.__or__.Tensor, aten.__or__.Scalar)
+register_elementwise(stablehlo.xor, aten.bitwise_xor.Tensor, aten.bitwise_xor.Scalar, aten.__xor__.Tensor, aten.__xor__.Scalar)
+register_elementwise(stablehlo.not_, aten.bitwise_not.default)
 
 
 def _float_class(test, otherwise: bool):

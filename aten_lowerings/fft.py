@@ -1,4 +1,5 @@
-"""Discrete Fourier transforms (_fft_r2c, _fft_c2r, _fft_c2c), complex numbers (complex, view_as_real, view_as_complex, conj).
+"""Discrete Fourier transforms (_fft_r2c, _fft_c2r, _fft_c2c), complex numbers (complex, polar,
+view_as_real, view_as_complex, conj).
 
 ``stablehlo.fft`` transforms the trailing dims, so the transformed dims are
 moved to the end (in torch's order: the last is the one halved by the real
@@ -32,8 +33,8 @@ def _transform(ctx, x, dims, kind: str, lengths_of, normalization: int, inverse:
     order = [d for d in range(rank(x)) if d not in dims] + dims
     out_sizes = [ctx.out_shape[d] for d in order]
     in_sizes = [ctx.arg_meta(0).shape[d] for d in order]
-    if not all(isinstance(s, int) for s in in_sizes + out_sizes):
-        raise NotImplementedError("FFT over symbolic sizes")
+    if not all(isinstance(s, int) for s in in_sizes[-len(dims):] + out_sizes[-len(dims):]):
+        raise NotImplementedError("FFT over symbolic sizes (the other dims may be symbolic)")
     lengths = lengths_of(in_sizes[-len(dims):], out_sizes[-len(dims):])
     moved = stablehlo.transpose(x, order)
     result = stablehlo.fft(moved, stablehlo.FftTypeAttr.get(kind), lengths,
@@ -83,25 +84,35 @@ def view_as_real(ctx, x):
     return stablehlo.concatenate(parts, rank(x))
 
 
+def _parts_dtype(ctx) -> torch.dtype:
+    """The dtype of the parts of the node's complex output as carried: float32 for complex32 (mlir_types)."""
+    return torch.float64 if ctx.out_dtype == torch.complex128 else torch.float32
+
+
 @lower(aten.view_as_complex.default)
 def view_as_complex(ctx, x):
     """(..., 2) real -> (..., ) complex."""
     sizes = [*ctx.out_shape, 1]
-    parts = [slice_dim(ctx, x, rank(x) - 1, i, i + 1, sizes) for i in (0, 1)]
+    parts = [convert(slice_dim(ctx, x, rank(x) - 1, i, i + 1, sizes), _parts_dtype(ctx)) for i in (0, 1)]
     return stablehlo.complex(*(reshape(ctx, part, ctx.out_shape) for part in parts))
 
 
 @lower(aten.complex.default)
 def complex_(ctx, real, imag):
     """torch.complex(real, imag): operands broadcast to the result's shape."""
-    part_dtype = ctx.arg_meta(0).dtype
-    if part_dtype not in (torch.float32, torch.float64):
-        raise NotImplementedError(f"torch.complex of {part_dtype} parts: StableHLO complex numbers have float32 or "
-                                  f"float64 parts (convert the parts to float32 first)")
-    return stablehlo.complex(*(broadcast_to(ctx, convert(part, part_dtype), ctx.out_shape) for part in (real, imag)))
+    return stablehlo.complex(*(broadcast_to(ctx, convert(part, _parts_dtype(ctx)), ctx.out_shape)
+                               for part in (real, imag)))
 
 
-@lower(aten._conj.default, aten.conj_physical.default)
+@lower(aten.polar.default)
+def polar(ctx, magnitude, angle):
+    """torch.polar(abs, angle): abs * cos(angle) + i abs * sin(angle), operands broadcast to the result's shape."""
+    magnitude, angle = (broadcast_to(ctx, convert(v, _parts_dtype(ctx)), ctx.out_shape) for v in (magnitude, angle))
+    return convert(stablehlo.complex(stablehlo.multiply(magnitude, stablehlo.cosine(angle)),
+                                     stablehlo.multiply(magnitude, stablehlo.sine(angle))), ctx.out_dtype)
+
+
+@lower(aten._conj.default, aten.conj_physical.default, aten._conj_physical.default)
 def conj(ctx, x):
     """The complex conjugate (export's ``_conj`` view is a copy here); real tensors are their own."""
     if dtype_of(x) not in _PARTS:

@@ -34,6 +34,14 @@ def rank(value: ir.Value) -> int:
     return value_type(value).rank
 
 
+def enclosing_module() -> ir.Operation:
+    """The ``builtin.module`` being built at the current insertion point (where rules add private functions)."""
+    operation = ir.InsertionPoint.current.block.owner.operation
+    while operation.name != "builtin.module":
+        operation = operation.parent
+    return operation
+
+
 @lru_cache(maxsize=None)
 def _dtype_by_type_string(type_string: str) -> torch.dtype:
     for dtype in (torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.bool,
@@ -74,7 +82,7 @@ def _scalar_attr(number, dtype: torch.dtype) -> ir.Attribute:
 def constant(number, dtype: torch.dtype, shape: Sequence[int] = ()) -> ir.Value:
     """A splat constant of a Python number with a static shape (default: 0-d)."""
     if dtype.is_complex:  # MLIR has no complex scalar attribute to splat: build the (tiny) dense array
-        array = np.full(list(shape), complex(number), dtype=np.complex64 if dtype == torch.complex64 else np.complex128)
+        array = np.full(list(shape), complex(number), dtype=np.complex128 if dtype == torch.complex128 else np.complex64)
         return array_constant(array, dtype)
     result_type = ir.RankedTensorType.get(list(shape), element_type(dtype))
     return stablehlo.constant(ir.DenseElementsAttr.get_splat(result_type, _scalar_attr(number, dtype)))
@@ -126,9 +134,18 @@ def promoted_dtype(*operands, metas: Sequence | None = None) -> torch.dtype:
 
 
 def convert(value: ir.Value, dtype: torch.dtype) -> ir.Value:
+    if dtype == torch.complex32:  # carried as complex64 (mlir_types): round its parts to float16 values
+        value = convert(value, torch.complex64)
+        real, imag = (_round_to(part, torch.float16) for part in (stablehlo.real(value), stablehlo.imag(value)))
+        return stablehlo.complex(real, imag)
     if dtype_of(value) == dtype:
         return value
     return stablehlo.convert(with_dtype(value, dtype), value)
+
+
+def _round_to(value: ir.Value, dtype: torch.dtype) -> ir.Value:
+    """``value`` rounded to ``dtype``'s precision, kept in its own type."""
+    return convert(convert(value, dtype), dtype_of(value))
 
 
 def compute_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -251,3 +268,14 @@ def reduce(ctx: LoweringContext, value: ir.Value, dims: Sequence[int], init, op)
     with ir.InsertionPoint(block):
         stablehlo.return_([op(*block.arguments)])
     return op_.result
+
+
+def while_loop(initial: list, condition, body) -> list:
+    """``stablehlo.while`` over same-typed values: ``condition(*values)`` a 0-d bool, ``body(*values)`` the next."""
+    types = [v.type for v in initial]
+    op = stablehlo.WhileOp(types, initial)
+    for region, build in ((op.cond, lambda args: [condition(*args)]), (op.body, lambda args: body(*args))):
+        block = region.blocks.append(*types)
+        with ir.InsertionPoint(block):
+            stablehlo.return_(build(list(block.arguments)))
+    return list(op.results)

@@ -23,7 +23,7 @@ from .shape_ops import index_value, slice_bounds, strided_slice, wrap_index
 aten = torch.ops.aten
 
 
-class _Indexing(NamedTuple):
+class IndexPlan(NamedTuple):
     """Where the index tensors go: ``indices`` is (batch..., len(dims)) int64."""
     indices: ir.Value
     dims: list[int]            # the operand dims that are indexed
@@ -31,7 +31,7 @@ class _Indexing(NamedTuple):
     sizes: list                # torch sizes of the indexed result
 
 
-def _indexing(ctx, x_sizes, indexed: dict[int, tuple[ir.Value, object]]) -> _Indexing:
+def index_plan(ctx, x_sizes, indexed: dict[int, tuple[ir.Value, object]]) -> IndexPlan:
     """Plan torch advanced indexing of a tensor of ``x_sizes`` by ``{dim: (index value, index meta)}``.
 
     If the indexed dims are adjacent the broadcast index dims replace them in
@@ -57,10 +57,10 @@ def _indexing(ctx, x_sizes, indexed: dict[int, tuple[ir.Value, object]]) -> _Ind
     positions = [j if j < first else j + len(batch) for j in range(len(window))]
     sizes = [x_sizes[d] for d in window]
     sizes[first:first] = batch
-    return _Indexing(indices, dims, positions, sizes)
+    return IndexPlan(indices, dims, positions, sizes)
 
 
-def _gather(ctx, x, x_sizes, plan: _Indexing) -> ir.Value:
+def gather_plan(ctx, x, x_sizes, plan: IndexPlan) -> ir.Value:
     numbers = stablehlo.GatherDimensionNumbers.get(
         offset_dims=plan.window_positions, collapsed_slice_dims=plan.dims, operand_batching_dims=[],
         start_indices_batching_dims=[], start_index_map=plan.dims, index_vector_dim=rank(plan.indices) - 1)
@@ -71,7 +71,7 @@ def _gather(ctx, x, x_sizes, plan: _Indexing) -> ir.Value:
     return stablehlo.dynamic_gather(x, plan.indices, ctx.shape_value(slice_sizes), numbers, results=[result_type])
 
 
-def _scatter(x, plan: _Indexing, updates, combine=None) -> ir.Value:
+def scatter_plan(x, plan: IndexPlan, updates, combine=None) -> ir.Value:
     """Write ``updates`` (shaped like the indexed result) into ``x``; ``combine(old, new)`` or replace."""
     numbers = stablehlo.ScatterDimensionNumbers.get(
         update_window_dims=plan.window_positions, inserted_window_dims=plan.dims, input_batching_dims=[],
@@ -100,7 +100,7 @@ def _listed(indices, metas) -> dict:
 @lower(aten.index.Tensor)
 def index(ctx, x, indices):
     x_sizes = ctx.arg_meta(0).shape
-    return _gather(ctx, x, x_sizes, _indexing(ctx, x_sizes, _listed(indices, _index_metas(ctx, 1))))
+    return gather_plan(ctx, x, x_sizes, index_plan(ctx, x_sizes, _listed(indices, _index_metas(ctx, 1))))
 
 
 def _along(ctx, x, dim, index, index_meta):
@@ -116,7 +116,7 @@ def _along(ctx, x, dim, index, index_meta):
 def _take(ctx, x, dim, index, index_meta):
     """``x`` indexed along one dim (index_select, embedding), reshaped to the node's output."""
     x, x_sizes, indexed = _along(ctx, x, dim, index, index_meta)
-    return reshape(ctx, _gather(ctx, x, x_sizes, _indexing(ctx, x_sizes, indexed)), ctx.out_shape)
+    return reshape(ctx, gather_plan(ctx, x, x_sizes, index_plan(ctx, x_sizes, indexed)), ctx.out_shape)
 
 
 @lower(aten.index_select.default)
@@ -130,7 +130,7 @@ def embedding(ctx, weight, indices, padding_idx=-1, scale_grad_by_freq=False, sp
     return _take(ctx, weight, 0, indices, ctx.arg_meta(1))
 
 
-def _coordinates(ctx, dim: int, index, index_sizes) -> _Indexing:
+def along_dim_plan(ctx, dim: int, index, index_sizes) -> IndexPlan:
     """Every operand dim indexed: ``index`` along ``dim``, the position itself (iota) along the others."""
     if not index_sizes:
         raise NotImplementedError("gather/scatter along a dim of a 0-d tensor")
@@ -138,31 +138,31 @@ def _coordinates(ctx, dim: int, index, index_sizes) -> _Indexing:
                for d in range(len(index_sizes))]
     columns = [reshape(ctx, c, [*index_sizes, 1]) for c in columns]
     indices = stablehlo.concatenate(columns, len(index_sizes))
-    return _Indexing(indices, list(range(len(index_sizes))), [], list(index_sizes))
+    return IndexPlan(indices, list(range(len(index_sizes))), [], list(index_sizes))
 
 
 @lower(aten.gather.default)
 def gather(ctx, x, dim, index, sparse_grad=False):
     dim = normalize_dim(dim, rank(x))
-    return _gather(ctx, x, ctx.arg_meta(0).shape, _coordinates(ctx, dim, index, ctx.arg_meta(2).shape))
+    return gather_plan(ctx, x, ctx.arg_meta(0).shape, along_dim_plan(ctx, dim, index, ctx.arg_meta(2).shape))
 
 
 # -- writes ------------------------------------------------------------------------------
 
 
 def _put(ctx, x, indexed: dict, values, accumulate: bool, x_sizes=None) -> ir.Value:
-    plan = _indexing(ctx, x_sizes or ctx.arg_meta(0).shape, indexed)
+    plan = index_plan(ctx, x_sizes or ctx.arg_meta(0).shape, indexed)
     updates = broadcast_to(ctx, convert(values, ctx.out_dtype), plan.sizes)
-    return _scatter(x, plan, updates, _accumulate(ctx.out_dtype) if accumulate else None)
+    return scatter_plan(x, plan, updates, _accumulate(ctx.out_dtype) if accumulate else None)
 
 
 def _put_along(ctx, x, dim, index, source, combine=None):
     """index_copy/index_add/index_reduce: ``source``'s slices written (or combined) into ``x`` along ``dim``;
     ``combine(x, x_sizes, plan, updates)`` replaces the plain write."""
     x, x_sizes, indexed = _along(ctx, x, dim, index, ctx.arg_meta(2))
-    plan = _indexing(ctx, x_sizes, indexed)
+    plan = index_plan(ctx, x_sizes, indexed)
     updates = reshape(ctx, convert(source, ctx.out_dtype), plan.sizes)
-    result = _scatter(x, plan, updates) if combine is None else combine(x, x_sizes, plan, updates)
+    result = scatter_plan(x, plan, updates) if combine is None else combine(x, x_sizes, plan, updates)
     return reshape(ctx, result, ctx.out_shape)
 
 
@@ -204,7 +204,7 @@ def index_add(ctx, x, dim, index, source, *, alpha=1):
     if alpha != 1:
         source = stablehlo.multiply(source, as_tensor(ctx, alpha, dtype_of(source), ctx.arg_meta(3).shape))
     return _put_along(ctx, x, dim, index, source,
-                      lambda x, _, plan, updates: _scatter(x, plan, updates, _accumulate(ctx.out_dtype)))
+                      lambda x, _, plan, updates: scatter_plan(x, plan, updates, _accumulate(ctx.out_dtype)))
 
 
 @lower(aten.index_reduce.default)
@@ -231,6 +231,8 @@ def _identity(reduce: str, dtype: torch.dtype):
         return 0
     if reduce == "prod":
         return 1
+    if dtype == torch.bool:
+        return reduce == "amin"
     if dtype.is_floating_point:
         return float("-inf") if reduce == "amax" else float("inf")
     return torch.iinfo(dtype).min if reduce == "amax" else torch.iinfo(dtype).max
@@ -240,26 +242,29 @@ def _scatter_along(ctx, x, dim, index, src, reduce=None, include_self=True):
     """torch.scatter/scatter_add/scatter_reduce: ``x[..., index[i], ...] (reduce)= src[i]`` along ``dim``."""
     dtype = ctx.out_dtype
     index_sizes = ctx.arg_meta(2).shape
-    plan = _coordinates(ctx, normalize_dim(dim, rank(x)), index, index_sizes)
+    plan = along_dim_plan(ctx, normalize_dim(dim, rank(x)), index, index_sizes)
     updates = _updates(ctx, src, index_sizes, dtype)
     if reduce is None:
-        return _scatter(x, plan, updates)
+        return scatter_plan(x, plan, updates)
     return _reduce_into(ctx, x, ctx.out_shape, plan, updates, reduce, include_self)
 
 
-def _reduce_into(ctx, x, x_sizes, plan: _Indexing, updates, reduce: str, include_self: bool):
+def _reduce_into(ctx, x, x_sizes, plan: IndexPlan, updates, reduce: str, include_self: bool):
     """``updates`` (shaped ``plan.sizes``) combined into ``x`` with the reduction ``reduce`` (scatter_reduce's
     names: sum, prod, mean, amax, amin); ``include_self=False`` leaves x's own values out where written."""
     dtype, sizes = ctx.out_dtype, plan.sizes
     if not include_self:  # scattered positions start from the reduction's identity instead of x
-        x = _scatter(x, plan, full_like(ctx, sizes, _identity(reduce, dtype), dtype))
-    result = _scatter(x, plan, updates, _COMBINE[reduce])
+        x = scatter_plan(x, plan, full_like(ctx, sizes, _identity(reduce, dtype), dtype))
+    result = scatter_plan(x, plan, updates, _COMBINE[reduce])
     if reduce != "mean":
         return result
-    counts = _scatter(full_like(ctx, x_sizes, int(include_self), dtype), plan,
+    counts = scatter_plan(full_like(ctx, x_sizes, int(include_self), dtype), plan,
                       full_like(ctx, sizes, 1, dtype), stablehlo.add)
     counts = stablehlo.maximum(counts, full_like(ctx, x_sizes, 1, dtype))
-    return stablehlo.divide(result, counts) if dtype.is_floating_point else floor_quotient(ctx, result, counts)
+    if dtype.is_floating_point:
+        return stablehlo.divide(result, counts)
+    # floor_quotient works in the node's output shape; index_reduce sees a 0-d x as 1-d
+    return floor_quotient(ctx, reshape(ctx, result, ctx.out_shape), reshape(ctx, counts, ctx.out_shape))
 
 
 @lower(aten.scatter.src, aten.scatter.value)
@@ -280,8 +285,8 @@ def scatter_reduce(ctx, x, dim, index, src, reduce, *, include_self=True):
 def _scatter_slices(ctx, x, src, dim: int, positions: ir.Value, count) -> ir.Value:
     """Write ``src`` into ``x`` at the ``count`` 1-d ``positions`` along ``dim`` (src's ``dim`` runs over them)."""
     window = [j for j in range(rank(x)) if j != dim]
-    plan = _Indexing(reshape(ctx, positions, [count, 1]), [dim], window, [])
-    return _scatter(x, plan, src)
+    plan = IndexPlan(reshape(ctx, positions, [count, 1]), [dim], window, [])
+    return scatter_plan(x, plan, src)
 
 
 @lower(aten.select_scatter.default)

@@ -43,3 +43,11 @@ def linalg_cholesky_ex(ctx, a, *, upper=False, check_errors=False):
     info = stablehlo.select(compare(first, full_like(ctx, info_meta.shape, never, torch.int32), "EQ"),
                             full_like(ctx, info_meta.shape, 0, torch.int32), first)
     return convert(factor, factor_meta.dtype), convert(info, info_meta.dtype)
+
+
+@lower(aten.linalg_cholesky.default)
+def linalg_cholesky(ctx, a, *, upper=False):
+    """linalg_cholesky_ex's factor. torch decomposes linalg_cholesky into linalg_cholesky_ex and an effectful
+    ``_linalg_check_errors`` (a ``with_effects`` node threading a token through the program) that raises for
+    an input that is not positive-definite; lowered whole, that check is left out: such an input gives NaNs."""
+    return convert(_factor(ctx, a, ctx.out_shape, upper), ctx.out_dtype)

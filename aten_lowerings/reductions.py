@@ -122,14 +122,14 @@ lower(aten.amax.default, aten.max.default)(_extreme(maximum, _lowest))
 lower(aten.amin.default, aten.min.default)(_extreme(minimum, _highest))
 
 
-def _region(operation, scalar_types, body):
+def reduce_region(operation, scalar_types, body):
     """Fill ``operation``'s reduction region: ``body(*scalar block arguments)`` returns the results."""
     block = operation.regions[0].blocks.append(*scalar_types)
     with ir.InsertionPoint(block):
         stablehlo.return_(body(*block.arguments))
 
 
-def _arg_extreme(ctx, x, dim, direction: str):
+def arg_extreme(ctx, x, dim, direction: str):
     """(values, int64 indices) of the max (``GT``) or min (``LT``) along ``dim``; ``dim=None`` flattens.
 
     Like torch, NaN beats every number and ties go to the first index.
@@ -147,11 +147,11 @@ def _arg_extreme(ctx, x, dim, direction: str):
                                    [dim])
 
     scalars = [tensor_type([], dtype), tensor_type([], torch.int64)]
-    _region(operation, scalars * 2, _picker(direction, dtype))
+    reduce_region(operation, scalars * 2, arg_picker(direction, dtype))
     return operation.results
 
 
-def _picker(direction: str, dtype: torch.dtype, last: bool = False):
+def arg_picker(direction: str, dtype: torch.dtype, last: bool = False):
     """Combiner of (value, index) pairs keeping the max (``GT``) or min (``LT``), NaN beating every number;
     ties go to the first index (the last if ``last``), so the order of the pairs does not matter."""
 
@@ -169,24 +169,24 @@ def _picker(direction: str, dtype: torch.dtype, last: bool = False):
 
 @lower(aten.max.dim)
 def max_dim(ctx, x, dim, keepdim=False):
-    values, indices = _arg_extreme(ctx, x, dim, "GT")
+    values, indices = arg_extreme(ctx, x, dim, "GT")
     return _finish(ctx, values, 0), _finish(ctx, indices, 1)
 
 
 @lower(aten.min.dim)
 def min_dim(ctx, x, dim, keepdim=False):
-    values, indices = _arg_extreme(ctx, x, dim, "LT")
+    values, indices = arg_extreme(ctx, x, dim, "LT")
     return _finish(ctx, values, 0), _finish(ctx, indices, 1)
 
 
 @lower(aten.argmax.default)
 def argmax(ctx, x, dim=None, keepdim=False):
-    return _finish(ctx, _arg_extreme(ctx, x, dim, "GT")[1])
+    return _finish(ctx, arg_extreme(ctx, x, dim, "GT")[1])
 
 
 @lower(aten.argmin.default)
 def argmin(ctx, x, dim=None, keepdim=False):
-    return _finish(ctx, _arg_extreme(ctx, x, dim, "LT")[1])
+    return _finish(ctx, arg_extreme(ctx, x, dim, "LT")[1])
 
 
 # -- moments ----------------------------------------------------------------------------
@@ -255,7 +255,7 @@ def scan(values, inits, dim: int, combine) -> list[ir.Value]:
         [v.type for v in values], values, [constant(i, dtype_of(v)) for i, v in zip(inits, values)], window,
         padding=ir.DenseIntElementsAttr.get(padding))
     scalars = [tensor_type([], dtype_of(v)) for v in values]
-    _region(operation, scalars * 2, combine)
+    reduce_region(operation, scalars * 2, combine)
     return list(operation.results)
 
 
@@ -311,7 +311,7 @@ def _cumulative_extreme(direction: str):
         if static_shape(x)[dim] == DYNAMIC:
             raise NotImplementedError("cummax/cummin along a dynamic dim")
         init = (_lowest if direction == "GT" else _highest)(dtype)
-        return scan([x, iota(ctx, ctx.arg_meta(0).shape, dim)], [init, -1], dim, _picker(direction, dtype, True))
+        return scan([x, iota(ctx, ctx.arg_meta(0).shape, dim)], [init, -1], dim, arg_picker(direction, dtype, True))
 
     return rule
 

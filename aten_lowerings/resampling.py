@@ -1,4 +1,4 @@
-"""Resampling: nearest, nearest-exact, (bi/tri)linear and bicubic upsampling, grid_sampler_2d, im2col/col2im.
+"""Resampling: nearest, nearest-exact, (bi/tri)linear and bicubic upsampling, grid_sampler_2d/3d, im2col/col2im.
 
 Upsampling is separable, as in torch's CPU kernels: each spatial dim, innermost first, is resampled with
 static source indices and weights computed here the way those kernels compute them (float32 arithmetic, or
@@ -7,6 +7,8 @@ static.
 """
 from __future__ import annotations
 
+import itertools
+import math
 from functools import partial
 
 import numpy as np
@@ -180,57 +182,76 @@ def _source_position(splat, coord, size: int, padding_mode: int, align_corners: 
     return position
 
 
-def _sampler(ctx, x, points, dtype, height: int, width: int):
-    """``sample(ix, iy)``: the input at int64 positions of the ``points`` (N, Ho, Wo) as (N, C, Ho, Wo), zero
-    outside; and ``spread``, which broadcasts a points tensor to that output shape."""
+def _sampler(ctx, x, points, dtype, spatial: list[int]):
+    """``sample(indices)``: the input at int64 positions (one tensor per spatial dim, in the input's order) of
+    the ``points`` (N, *out) as (N, C, *out), zero outside; and ``spread``, which broadcasts a points tensor to
+    that output shape."""
     batch, channels = ctx.arg_meta(0).shape[:2]
-    out_sizes = ctx.out_shape
-    flat = reshape(ctx, convert(x, dtype), [batch * channels * height * width])
+    out_sizes, n = ctx.out_shape, len(spatial)
+    flat = reshape(ctx, convert(x, dtype), [batch * channels * math.prod(spatial)])
     channel_count = full_like(ctx, out_sizes, channels, torch.int64)
     planes = stablehlo.add(stablehlo.multiply(iota(ctx, out_sizes, 0), channel_count), iota(ctx, out_sizes, 1))
-    plane_starts = stablehlo.multiply(planes, full_like(ctx, out_sizes, height * width, torch.int64))
-    spread = lambda v: broadcast_in_dim(ctx, v, out_sizes, [0, 2, 3])  # noqa: E731
+    plane_starts = stablehlo.multiply(planes, full_like(ctx, out_sizes, math.prod(spatial), torch.int64))
+    spread = lambda v: broadcast_in_dim(ctx, v, out_sizes, [0, *range(2, 2 + n)])  # noqa: E731
     i = lambda number: full_like(ctx, points, number, torch.int64)  # noqa: E731
 
-    def sample(ix, iy):
-        inside = stablehlo.and_(stablehlo.and_(compare(ix, i(-1), "GT"), compare(ix, i(width), "LT")),
-                                stablehlo.and_(compare(iy, i(-1), "GT"), compare(iy, i(height), "LT")))
-        ix, iy = stablehlo.clamp(i(0), ix, i(width - 1)), stablehlo.clamp(i(0), iy, i(height - 1))
-        index = stablehlo.add(plane_starts, spread(stablehlo.add(stablehlo.multiply(iy, i(width)), ix)))
+    def sample(indices):
+        inside, offset = None, i(0)
+        for d, (index, size) in enumerate(zip(indices, spatial)):
+            within = stablehlo.and_(compare(index, i(-1), "GT"), compare(index, i(size), "LT"))
+            inside = within if inside is None else stablehlo.and_(inside, within)
+            clamped = stablehlo.clamp(i(0), index, i(size - 1))
+            offset = stablehlo.add(offset, stablehlo.multiply(clamped, i(math.prod(spatial[d + 1:]))))
+        index = stablehlo.add(plane_starts, spread(offset))
         return stablehlo.select(spread(inside), take(ctx, flat, 0, index, out_sizes),
                                 full_like(ctx, out_sizes, 0, dtype))
 
     return sample, spread
 
 
-@lower(aten.grid_sampler_2d.default)
-def grid_sampler_2d(ctx, x, grid, interpolation_mode, padding_mode, align_corners):
-    """Bilinear (mode 0) and nearest (mode 1) sampling with zeros (0), border (1) or reflection (2) padding."""
+def _grid_sample(ctx, x, grid, interpolation_mode, padding_mode, align_corners, n: int):
+    """Bilinear/trilinear (mode 0) and nearest (mode 1) sampling of the last ``n`` dims with zeros (0), border
+    (1) or reflection (2) padding; the grid's last dim holds (x, y[, z]), the input's dims in reverse."""
     if interpolation_mode == 2:
         raise NotImplementedError("bicubic grid sampling is not supported yet")
-    height, width = _static(ctx.arg_meta(0).shape[2:], "grid sampling")
+    spatial = _static(ctx.arg_meta(0).shape[2:], "grid sampling")
     dtype = compute_dtype(ctx.out_dtype)
-    points = list(ctx.arg_meta(1).shape[:3])
+    points = list(ctx.arg_meta(1).shape[:-1])
     splat = lambda number: full_like(ctx, points, number, dtype)  # noqa: E731
     grid = convert(grid, dtype)
-    xs, ys = [_source_position(splat, reshape(ctx, slice_dim(ctx, grid, 3, k, k + 1, points + [1]), points), size,
-                               padding_mode, align_corners) for k, size in ((0, width), (1, height))]
-    sample, spread = _sampler(ctx, x, points, dtype, height, width)
+    positions = [_source_position(splat, reshape(ctx, slice_dim(ctx, grid, n + 1, k, k + 1, points + [1]), points),
+                                  spatial[n - 1 - k], padding_mode, align_corners) for k in range(n)][::-1]
+    sample, spread = _sampler(ctx, x, points, dtype, spatial)
     as_index = partial(convert, dtype=torch.int64)
     if interpolation_mode == 1:
-        return convert(sample(*[as_index(stablehlo.round_nearest_even(v)) for v in (xs, ys)]), ctx.out_dtype)
-    x0, y0 = stablehlo.floor(xs), stablehlo.floor(ys)
-    west, north = stablehlo.subtract(xs, x0), stablehlo.subtract(ys, y0)  # distances from the west/north pixels
-    east, south = stablehlo.subtract(splat(1), west), stablehlo.subtract(splat(1), north)
-    ix, iy = as_index(x0), as_index(y0)
-    one = full_like(ctx, points, 1, torch.int64)
-    ix1, iy1 = stablehlo.add(ix, one), stablehlo.add(iy, one)
+        return convert(sample([as_index(stablehlo.round_nearest_even(v)) for v in positions]), ctx.out_dtype)
+    lows = [stablehlo.floor(v) for v in positions]
+    highs = [stablehlo.subtract(v, low) for v, low in zip(positions, lows)]  # weights of the upper neighbours
+    weights = [(stablehlo.subtract(splat(1), high), high) for high in highs]
+    corners = [(as_index(low), stablehlo.add(as_index(low), full_like(ctx, points, 1, torch.int64))) for low in lows]
     result = None
-    for px, py, weight in ((ix, iy, stablehlo.multiply(south, east)), (ix1, iy, stablehlo.multiply(south, west)),
-                           (ix, iy1, stablehlo.multiply(north, east)), (ix1, iy1, stablehlo.multiply(north, west))):
-        term = stablehlo.multiply(sample(px, py), spread(weight))
+    for upper in itertools.product((0, 1), repeat=n):  # torch's order: the last dim varies fastest
+        weight = _product([weights[d][upper[d]] for d in reversed(range(n))])  # torch's order: x * y * z
+        term = stablehlo.multiply(sample([corners[d][upper[d]] for d in range(n)]), spread(weight))
         result = term if result is None else stablehlo.add(result, term)
     return convert(result, ctx.out_dtype)
+
+
+def _product(values):
+    result = values[0]
+    for value in values[1:]:
+        result = stablehlo.multiply(result, value)
+    return result
+
+
+@lower(aten.grid_sampler_2d.default)
+def grid_sampler_2d(ctx, x, grid, interpolation_mode, padding_mode, align_corners):
+    return _grid_sample(ctx, x, grid, interpolation_mode, padding_mode, align_corners, 2)
+
+
+@lower(aten.grid_sampler_3d.default)
+def grid_sampler_3d(ctx, x, grid, interpolation_mode, padding_mode, align_corners):
+    return _grid_sample(ctx, x, grid, interpolation_mode, padding_mode, align_corners, 3)
 
 
 # -- im2col / col2im -----------------------------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""Random ops: rand/randn(_like), uniform, normal, bernoulli, randint(_like), randperm, dropout, native_dropout.
+"""Random ops: rand/randn(_like), uniform, normal, bernoulli, randint(_like), randperm, dropout, native_dropout
+(more in random_ops.py; ``RANDOM_OPS`` lists them all, attention with dropout included).
 
 Bits come from ``stablehlo.rng_bit_generator`` (THREE_FRY) started from
 ``ctx.rng_key()``: the program's ``rng_seed`` argument and the node's own
@@ -140,8 +141,9 @@ def randperm(ctx, n, **_kwargs):
     return convert(sort_with_indices(ctx, keys, 0, False, [n])[1], ctx.out_dtype)
 
 
-def _dropout(ctx, x, p, sizes, dtype):
-    """(output, keep mask): each element zeroed with probability ``p``, the rest scaled by 1 / (1 - p)."""
+def dropout_values(ctx, x, p, sizes, dtype):
+    """(output, keep mask): each element of ``x`` (torch sizes ``sizes``, static) zeroed with probability ``p``,
+    the rest scaled by 1 / (1 - p), in ``dtype``."""
     keep = compare(uniform_values(ctx, sizes, torch.float32), full_like(ctx, sizes, p, torch.float32), "GE")
     scale = 0.0 if p >= 1 else 1.0 / (1.0 - p)
     kept = stablehlo.multiply(convert(x, dtype), full_like(ctx, sizes, scale, dtype))
@@ -154,12 +156,12 @@ def native_dropout(ctx, x, p, train):
     sizes, dtype = ctx.out_meta[0].shape, ctx.out_meta[0].dtype
     if train is False:
         return x, full_like(ctx, sizes, True, torch.bool)
-    return _dropout(ctx, x, p, sizes, dtype)
+    return dropout_values(ctx, x, p, sizes, dtype)
 
 
 @lower(aten.dropout.default)
 def dropout(ctx, x, p, train):
-    return _dropout(ctx, x, p, ctx.out_shape, ctx.out_dtype)[0] if train else x
+    return dropout_values(ctx, x, p, ctx.out_shape, ctx.out_dtype)[0] if train else x
 
 
 RANDOM_OPS = frozenset({
@@ -167,13 +169,28 @@ RANDOM_OPS = frozenset({
     aten.normal.Tensor_float, aten.normal.float_Tensor, aten.normal.Tensor_Tensor, aten.normal.float_float,
     aten.normal_functional.default, aten.bernoulli.default, aten.bernoulli.p, aten.randint.low,
     aten.randint.default, aten.randint_like.default, aten.randint_like.low_dtype, aten.randperm.default,
-    aten.native_dropout.default, aten.dropout.default})
+    aten.native_dropout.default, aten.dropout.default, aten.feature_dropout.default, aten.alpha_dropout.default,
+    aten.feature_alpha_dropout.default, aten.rrelu_with_noise_functional.default, aten.geometric.default,
+    aten.multinomial.default, aten.scaled_dot_product_attention.default})
+
+# where a node of these ops draws nothing: the position of its train flag (dropout_p for attention)
+_TRAIN_ARGUMENT = {aten.native_dropout.default: 2, aten.dropout.default: 2, aten.feature_dropout.default: 2,
+                   aten.alpha_dropout.default: 2, aten.feature_alpha_dropout.default: 2,
+                   aten.rrelu_with_noise_functional.default: 4, aten.scaled_dot_product_attention.default: 4}
+_TRAIN_DEFAULT = {aten.rrelu_with_noise_functional.default: False, aten.scaled_dot_product_attention.default: 0.0}
 
 
 def uses_random(graph_module: torch.fx.GraphModule) -> bool:
     """Whether the graph draws random numbers (and so needs the ``rng_seed`` argument)."""
-    return any(node.target in RANDOM_OPS and not _eval_dropout(node) for node in graph_module.graph.nodes)
+    return any(node.target in RANDOM_OPS and not _draws_nothing(node) for node in graph_module.graph.nodes)
 
 
-def _eval_dropout(node: torch.fx.Node) -> bool:
-    return node.target in (aten.native_dropout.default, aten.dropout.default) and node.args[2] is False
+def _draws_nothing(node: torch.fx.Node) -> bool:
+    """A dropout (or rrelu) in eval mode, or attention without dropout."""
+    position = _TRAIN_ARGUMENT.get(node.target)
+    if position is None:
+        return False
+    default = _TRAIN_DEFAULT.get(node.target)
+    flag = node.args[position] if len(node.args) > position else node.kwargs.get(
+        node.target._schema.arguments[position].name, default)
+    return flag is False or flag == 0

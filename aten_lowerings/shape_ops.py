@@ -8,9 +8,11 @@ known, ``real_dynamic_slice`` otherwise.
 """
 from __future__ import annotations
 
+import sympy
 import torch
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
+from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
 from .helpers import (DYNAMIC, broadcast_in_dim, broadcast_to, compare, constant, convert, dim_size, dtype_of,
                       full_like, iota, is_static, normalize_dim, normalize_dims, rank, reshape, static_shape)
@@ -105,7 +107,28 @@ def slice_dim(ctx, x: ir.Value, dim: int, start, limit, sizes, step: int = 1) ->
 def slice_(ctx, x, dim=0, start=None, end=None, step=1):
     dim = normalize_dim(dim, rank(x))
     start, end = slice_bounds(ctx, start, end, _size(ctx, x, dim))
+    if free_unbacked_symbols(ctx.out_shape[dim]) and not free_unbacked_symbols(ctx.arg_meta(0).shape[dim]):
+        # bounds read from tensor data (tensor_split by a tensor) on a dim of known size
+        return _padded_slice(ctx, x, dim, start, end, step)
     return slice_dim(ctx, x, dim, start, end, ctx.out_shape, step)
+
+
+def _padded_slice(ctx, x, dim, start, end, step):
+    """A slice of data-dependent length, held padded to the dim's size (see ``data_dependent``): the window of
+    ``cat(x, x)`` from ``start``, whose first ``end - start`` rows are the slice."""
+    from .data_dependent import data_dependent_result  # it imports this module
+
+    if step != 1 or DYNAMIC in static_shape(x):
+        raise NotImplementedError("a slice with data-dependent bounds needs step 1 and an input of static shape")
+    starts = [index_value(ctx, start) if d == dim else ctx.size_value(0) for d in range(rank(x))]
+    padded = stablehlo.dynamic_slice(stablehlo.concatenate([x, x], dim), starts, static_shape(x))
+    actual = stablehlo.subtract(index_value(ctx, end), index_value(ctx, start))
+    result = data_dependent_result(ctx, padded, actual, ctx.out_shape[dim], dim)
+    offset = ctx.out_meta.storage_offset()  # export gives the view's offset a data-dependent symbol too
+    if free_unbacked_symbols(offset) and isinstance(offset.node.expr, sympy.Symbol):
+        zero = ctx.size_value(0)  # values here are not views: their storage offset is 0 (scalars.sym_storage_offset)
+        ctx.dims.bind(offset.node.expr, zero, zero)
+    return result
 
 
 @lower(aten.narrow.default)

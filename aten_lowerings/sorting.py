@@ -1,5 +1,6 @@
 """Sorting, and compaction by sorting: sort (default and stable), topk, order statistics (kthvalue, median,
-nanmedian, mode), bucketing (searchsorted, histc), masked_scatter, nonzero_static.
+nanmedian, mode), bucketing (searchsorted, histc), masked_scatter, nonzero_static
+(nonzero itself, data-dependent in size, is in ``data_dependent``).
 
 One ``stablehlo.sort`` over (values, iota indices) along the dim; the
 comparator orders NaN above every number, as torch does, and the sort is
@@ -21,9 +22,9 @@ from jaxlib.mlir.dialects import stablehlo
 
 from .helpers import (broadcast_in_dim, broadcast_to, compare, constant, convert, dtype_of, full_like, iota,
                       normalize_dim, rank, reduce, reshape, value_type)
-from .indexing import _coordinates, _gather, _Indexing, _scatter
+from .indexing import along_dim_plan, gather_plan, IndexPlan, scatter_plan
 from .mlir_types import tensor_type
-from .reductions import _arg_extreme, scan
+from .reductions import arg_extreme, scan
 from .registry import lower
 from .shape_ops import slice_dim
 
@@ -98,9 +99,9 @@ def _ranked(ctx, x, dim, position):
     row = sizes[:dim] + [1] + sizes[dim + 1:]
     if not isinstance(position, ir.Value):
         position = full_like(ctx, row, position, torch.int64)
-    plan = _coordinates(ctx, dim, position, row)
+    plan = along_dim_plan(ctx, dim, position, row)
     metas = ctx.out_meta if isinstance(ctx.out_meta, (tuple, list)) else [ctx.out_meta]
-    return [reshape(ctx, _gather(ctx, v, sizes, plan), meta.shape) for v, meta in zip((values, indices), metas)]
+    return [reshape(ctx, gather_plan(ctx, v, sizes, plan), meta.shape) for v, meta in zip((values, indices), metas)]
 
 
 @lower(aten.kthvalue.default)
@@ -146,17 +147,17 @@ def mode(ctx, x, dim=-1, keepdim=False):
     n = sizes[dim]
     inner = sizes[:dim] + [n - 1] + sizes[dim + 1:]
     differ = compare(slice_dim(ctx, values, dim, 1, n, inner), slice_dim(ctx, values, dim, 0, n - 1, inner), "NE")
-    true, low, high = constant(True, torch.bool), [0] * len(sizes), [0] * len(sizes)
+    true, low = constant(True, torch.bool), [0] * len(sizes)
     low[dim] = 1
     starts = stablehlo.pad(differ, true, low, [0] * len(sizes), [0] * len(sizes))
     ends = stablehlo.pad(differ, true, [0] * len(sizes), low, [0] * len(sizes))
     position, zero = iota(ctx, sizes, dim), full_like(ctx, sizes, 0, torch.int64)
     run_start = scan([stablehlo.select(starts, position, zero)], [0], dim, lambda a, b: [stablehlo.maximum(a, b)])[0]
     run = stablehlo.add(stablehlo.subtract(position, run_start), full_like(ctx, sizes, 1, torch.int64))
-    most = _arg_extreme(ctx, stablehlo.select(ends, run, zero), dim, "GT")[1]  # ties: the first (smallest) value
+    most = arg_extreme(ctx, stablehlo.select(ends, run, zero), dim, "GT")[1]  # ties: the first (smallest) value
     row = sizes[:dim] + [1] + sizes[dim + 1:]
-    plan = _coordinates(ctx, dim, reshape(ctx, most, row), row)
-    return [reshape(ctx, _gather(ctx, v, sizes, plan), meta.shape) for v, meta in zip((values, indices), ctx.out_meta)]
+    plan = along_dim_plan(ctx, dim, reshape(ctx, most, row), row)
+    return [reshape(ctx, gather_plan(ctx, v, sizes, plan), meta.shape) for v, meta in zip((values, indices), ctx.out_meta)]
 
 
 # -- bucketing ---------------------------------------------------------------------------
@@ -168,7 +169,7 @@ def searchsorted(ctx, boundaries, x, *, out_int32=False, right=False, side=None,
     value (at or below with ``right``): a comparison against every boundary, summed."""
     sizes, out = list(ctx.arg_meta(0).shape), list(ctx.out_shape)
     if sorter is not None and sizes[-1] != 0:
-        boundaries = _gather(ctx, boundaries, sizes, _coordinates(ctx, len(sizes) - 1, sorter, sizes))
+        boundaries = gather_plan(ctx, boundaries, sizes, along_dim_plan(ctx, len(sizes) - 1, sorter, sizes))
     pairs = out + [sizes[-1]]
     spread = broadcast_in_dim(ctx, boundaries, pairs, [len(out)] if len(sizes) == 1 else
                               list(range(len(out) - 1)) + [len(out)])
@@ -196,14 +197,14 @@ def histc(ctx, x, bins=100, min=0, max=0):
     scaled = stablehlo.multiply(stablehlo.subtract(flat, low), full_like(ctx, [count], bins, dtype))
     position = convert(stablehlo.divide(scaled, stablehlo.subtract(high, low)), torch.int64)
     position = stablehlo.clamp(constant(0, torch.int64), position, constant(bins - 1, torch.int64))
-    plan = _Indexing(reshape(ctx, position, [count, 1]), [0], [], [count])
-    return _scatter(full_like(ctx, [bins], 0, dtype), plan, convert(inside, dtype), stablehlo.add)
+    plan = IndexPlan(reshape(ctx, position, [count, 1]), [0], [], [count])
+    return scatter_plan(full_like(ctx, [bins], 0, dtype), plan, convert(inside, dtype), stablehlo.add)
 
 
 # -- compaction ---------------------------------------------------------------------
 
 
-def _true_first(ctx, mask, count):
+def true_first(ctx, mask, count):
     """Flat positions of a 1-d bool ``mask`` (``count`` long), its true elements first, each group in order."""
     return sort_with_indices(ctx, stablehlo.not_(mask), 0, False, [count])[1]
 
@@ -214,11 +215,11 @@ def masked_scatter(ctx, x, mask, source):
     count, available = math.prod(ctx.out_shape), math.prod(ctx.arg_meta(2).shape)
     flat_mask = reshape(ctx, broadcast_to(ctx, mask, ctx.out_shape), [count])
     flat_x = reshape(ctx, broadcast_to(ctx, x, ctx.out_shape), [count])
-    order = reshape(ctx, _true_first(ctx, flat_mask, count), [count, 1])
-    rank_of = _scatter(full_like(ctx, [count], 0, torch.int64), _Indexing(order, [0], [], []), iota(ctx, [count], 0))
+    order = reshape(ctx, true_first(ctx, flat_mask, count), [count, 1])
+    rank_of = scatter_plan(full_like(ctx, [count], 0, torch.int64), IndexPlan(order, [0], [], []), iota(ctx, [count], 0))
     taken = stablehlo.clamp(constant(0, torch.int64), rank_of, constant(max(available - 1, 0), torch.int64))
-    plan = _Indexing(reshape(ctx, taken, [count, 1]), [0], [], [count])
-    values = _gather(ctx, reshape(ctx, source, [available]), [available], plan)
+    plan = IndexPlan(reshape(ctx, taken, [count, 1]), [0], [], [count])
+    values = gather_plan(ctx, reshape(ctx, source, [available]), [available], plan)
     return reshape(ctx, stablehlo.select(flat_mask, values, flat_x), ctx.out_shape)
 
 
@@ -231,7 +232,7 @@ def nonzero_static(ctx, x, *, size, fill_value=-1):
         raise NotImplementedError("nonzero_static of a tensor with symbolic sizes")
     nonzero = compare(x, full_like(ctx, sizes, 0, dtype_of(x)), "NE") if dtype_of(x) != torch.bool else x
     flat = reshape(ctx, nonzero, [count])
-    order = _true_first(ctx, flat, count)
+    order = true_first(ctx, flat, count)
     if size > count:
         zero = constant(0, torch.int64)
         order = stablehlo.pad(order, zero, [0], [size - count], [0])
@@ -252,12 +253,3 @@ def nonzero_static(ctx, x, *, size, fill_value=-1):
 
 def _strides(sizes) -> list[int]:
     return [math.prod(sizes[d + 1:]) for d in range(len(sizes))]
-
-
-@lower(aten.nonzero.default)
-def nonzero(ctx, x):
-    raise NotImplementedError(
-        "nonzero's output size is data-dependent (the number of nonzero elements; torch.export calls it "
-        f"{ctx.out_shape[0]}), and a StableHLO program needs static or input-derived sizes. Instead, keep the "
-        "shape: use a mask (torch.where(x != 0, a, b), masked_fill), or a bounded nonzero, "
-        "x.nonzero_static(size=N, fill_value=-1), whose output has N rows.")

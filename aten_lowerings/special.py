@@ -9,11 +9,11 @@ from __future__ import annotations
 import math
 
 import torch
-from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
-from .elementwise import _elementwise, _formula, _register, scalar
-from .helpers import compare, compute_dtype, convert, dtype_of, full_like, reduce, static_shape, value_type, with_dtype
+from .elementwise import elementwise_rule, elementwise_formula, register_elementwise, scalar
+from .helpers import (compare, compute_dtype, convert, dtype_of, full_like, reduce, static_shape, value_type,
+                      while_loop, with_dtype)
 from .mlir_types import is_unsigned
 from .registry import lower
 
@@ -48,20 +48,20 @@ def _nan_ignoring(op):
     return apply
 
 
-_register(_nan_ignoring(stablehlo.maximum), aten.fmax.default)
-_register(_nan_ignoring(stablehlo.minimum), aten.fmin.default)
+register_elementwise(_nan_ignoring(stablehlo.maximum), aten.fmax.default)
+register_elementwise(_nan_ignoring(stablehlo.minimum), aten.fmin.default)
 
 
-@_formula(aten.hypot.default)
+@elementwise_formula(aten.hypot.default)
 def hypot(ctx, a, b):
     return stablehlo.sqrt(stablehlo.add(stablehlo.multiply(a, a), stablehlo.multiply(b, b)))
 
 
 # -- shifts: StableHLO's shifts already give torch's results for shifts < 0 or >= the bit width ----------
 
-_register(stablehlo.shift_left, aten.bitwise_left_shift.Tensor, aten.bitwise_left_shift.Tensor_Scalar,
+register_elementwise(stablehlo.shift_left, aten.bitwise_left_shift.Tensor, aten.bitwise_left_shift.Tensor_Scalar,
           aten.bitwise_left_shift.Scalar_Tensor, aten.__lshift__.Tensor, aten.__lshift__.Scalar)
-_register(lambda a, b: (stablehlo.shift_right_logical if is_unsigned(dtype_of(a)) else
+register_elementwise(lambda a, b: (stablehlo.shift_right_logical if is_unsigned(dtype_of(a)) else
                         stablehlo.shift_right_arithmetic)(a, b),
           aten.bitwise_right_shift.Tensor, aten.bitwise_right_shift.Tensor_Scalar,
           aten.bitwise_right_shift.Scalar_Tensor, aten.__rshift__.Tensor, aten.__rshift__.Scalar)
@@ -69,7 +69,7 @@ _register(lambda a, b: (stablehlo.shift_right_logical if is_unsigned(dtype_of(a)
 
 # -- sign bits -------------------------------------------------------------------------------------------
 
-def _signbit(ctx, x):
+def signbit_values(ctx, x):
     """The sign bit of a float (set for -0.0 and negative NaNs), x < 0 otherwise."""
     if not dtype_of(x).is_floating_point:
         return compare(x, scalar(ctx, 0, x), "LT")
@@ -79,16 +79,16 @@ def _signbit(ctx, x):
 
 @lower(aten.signbit.default)
 def signbit(ctx, x):
-    return _signbit(ctx, x)
+    return signbit_values(ctx, x)
 
 
-@_formula(aten.copysign.Tensor, aten.copysign.Scalar)
+@elementwise_formula(aten.copysign.Tensor, aten.copysign.Scalar)
 def copysign(ctx, a, b):
     magnitude = stablehlo.abs(a)
-    return stablehlo.select(_signbit(ctx, b), stablehlo.negate(magnitude), magnitude)
+    return stablehlo.select(signbit_values(ctx, b), stablehlo.negate(magnitude), magnitude)
 
 
-@_formula(aten.angle.default)
+@elementwise_formula(aten.angle.default)
 def angle(ctx, x):
     """Of a real tensor: pi where negative, 0 elsewhere, NaN where NaN."""
     half_turn = stablehlo.select(compare(x, scalar(ctx, 0, x), "LT"), scalar(ctx, math.pi, x), scalar(ctx, 0, x))
@@ -96,17 +96,6 @@ def angle(ctx, x):
 
 
 # -- gcd / lcm -------------------------------------------------------------------------------------------
-
-def _while(initial: list, condition, body) -> list:
-    """``stablehlo.while`` over same-typed values: ``condition(*values)`` a 0-d bool, ``body(*values)`` the next."""
-    types = [v.type for v in initial]
-    op = stablehlo.WhileOp(types, initial)
-    for region, build in ((op.cond, lambda args: [condition(*args)]), (op.body, lambda args: body(*args))):
-        block = region.blocks.append(*types)
-        with ir.InsertionPoint(block):
-            stablehlo.return_(build(list(block.arguments)))
-    return list(op.results)
-
 
 def gcd_values(ctx, a, b):
     """Euclid's algorithm on |a|, |b|, elementwise, until every remainder is 0."""
@@ -121,13 +110,13 @@ def gcd_values(ctx, a, b):
         safe = stablehlo.select(left, y, scalar(ctx, 1, y))
         return [stablehlo.select(left, y, x), stablehlo.select(left, stablehlo.remainder(x, safe), zero)]
 
-    return _while([stablehlo.abs(a), stablehlo.abs(b)], any_left, step)[0]
+    return while_loop([stablehlo.abs(a), stablehlo.abs(b)], any_left, step)[0]
 
 
-_formula(aten.gcd.default)(gcd_values)
+elementwise_formula(aten.gcd.default)(gcd_values)
 
 
-@_formula(aten.lcm.default)
+@elementwise_formula(aten.lcm.default)
 def lcm(ctx, a, b):
     """|a / gcd * b|, 0 where the gcd is 0."""
     gcd = gcd_values(ctx, a, b)
@@ -155,7 +144,7 @@ def nextafter(ctx, x, y):
                                   stablehlo.select(compare(a, zero, "EQ"), from_zero, step))
         return stablehlo.select(stablehlo.or_(_isnan(a), _isnan(b)), stablehlo.add(a, b), result)
 
-    return _elementwise(formula, ctx.out_dtype)(ctx, x, y)
+    return elementwise_rule(formula, ctx.out_dtype)(ctx, x, y)
 
 
 _FLOAT_LAYOUT = {torch.float32: (23, 127), torch.float64: (52, 1023)}

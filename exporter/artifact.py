@@ -46,7 +46,7 @@ class StableHLOArtifact:
         device_inputs = self._weights_on_device() + pjrt.put([to_numpy(t) for t in tensors + self._seeds()],
                                                              self.platform)
         executable = self._compiled(device_inputs)
-        outputs = [to_torch(array) for array in executable.execute(device_inputs)]
+        outputs = self.signature.output_values([to_torch(array) for array in executable.execute(device_inputs)])
         results = iter(outputs)
         inputs = {slot.name: tensor for slot, tensor in
                   zip([s for s in self.signature.user_inputs if s.tensor is not None], tensors)}
@@ -122,6 +122,13 @@ class StableHLOArtifact:
                                f"with artifact.attach_weights('model.safetensors') or "
                                f"load_artifact(path, weights=...)")
 
+    def _require_sized_outputs(self, action: str) -> None:
+        if self.signature.sizes:
+            raise NotImplementedError(
+                f"cannot {action} a program whose outputs have data-dependent sizes "
+                f"({', '.join(self.signature.sizes)}, from ops such as nonzero or unique): @main returns them "
+                "padded, with their sizes as extra results, which only this artifact's own call slices")
+
     # -- saving and handing off ----------------------------------------------------
     def save(self, path: str | os.PathLike, *, target_version: str = DEFAULT_TARGET,
              shard_size: int = bundle.DEFAULT_SHARD_BYTES, include_text: bool = True) -> Path:
@@ -141,6 +148,7 @@ class StableHLOArtifact:
         from .saved_model import save_saved_model  # tensorflow takes seconds to import: only when asked
 
         self._require_weights("save a SavedModel of")
+        self._require_sized_outputs("save a SavedModel of")
         return save_saved_model(self, path, signature_name=signature_name, target_version=target_version)
 
     def to_jax(self, *, target_version: str = DEFAULT_TARGET):
@@ -148,6 +156,7 @@ class StableHLOArtifact:
         is serialized at ``target_version``, for ``Exported.serialize``)."""
         from .jax_handoff import to_jax
 
+        self._require_sized_outputs("hand to JAX")
         return to_jax(self, target_version)
 
 

@@ -17,14 +17,16 @@ from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
 import aten_lowerings  # noqa: F401  (registers every op family)
 from aten_lowerings.context import LoweringContext
+from aten_lowerings.data_dependent import PaddedDims, is_padded, keeps_padding
 from aten_lowerings.mlir_types import tensor_type
 from aten_lowerings.registry import lowering_for, op_name
 from aten_lowerings.sampling import RNG_SEED_DTYPE, RNG_SEED_NAME, seeded_key, uses_random
-from aten_lowerings.shape_values import SymbolicDims
 
 from .errors import LoweringError
 from .locations import LocationCache, describe
 from .progress import progress
+from .signature import data_dependent_sizes
+
 
 def _is_tensor_meta(meta) -> bool:
     return isinstance(meta, torch.Tensor)
@@ -38,7 +40,7 @@ class GraphLowering:
 
     def __init__(self, graph_module: torch.fx.GraphModule):
         self.graph_module = graph_module
-        self.dims = SymbolicDims()
+        self.dims = PaddedDims()  # input dims, and data-dependent sizes (see aten_lowerings.data_dependent)
         self.locations = LocationCache()
         self._seed: ir.Value | None = None  # @main's last argument where the graph draws random numbers
         self._keys = itertools.count()
@@ -69,6 +71,7 @@ class GraphLowering:
                 output = next(n for n in self.graph_module.graph.nodes if n.op == "output")
                 results = [r for r, a in zip(self.lower_graph(self.graph_module, inputs), output.args[0])
                            if isinstance(a, torch.fx.Node)]  # constant outputs live in the signature
+                results += self._output_sizes(output)
                 func.ReturnOp(results)
             function.attributes["function_type"] = ir.TypeAttr.get(
                 ir.FunctionType.get(arg_types, [r.type for r in results]))
@@ -76,7 +79,21 @@ class GraphLowering:
                 module.operation.verify()
             except ir.MLIRError as error:  # a rule emitted an invalid op: say which, not just "parse failed" later
                 raise LoweringError(f"the emitted StableHLO does not verify: {error}") from error
+        if self.dims.bound and all(ir.RankedTensorType(t).has_static_shape for t in arg_types):
+            module = _refined(module, arg_types, context)
         return module
+
+    def _output_sizes(self, output: torch.fx.Node) -> list:
+        """The true sizes of the outputs' data-dependent dims (``signature.data_dependent_sizes``' order)."""
+        metas = [a.meta.get("val") for a in output.args[0] if isinstance(a, torch.fx.Node)]
+        symbols = {str(s): s for s in self.dims.bound}
+        sizes = []
+        for name in data_dependent_sizes(metas):
+            if name not in symbols:
+                raise LoweringError(f"an output has the data-dependent size {name}, which is not the size of a "
+                                    "data-dependent op's result (nonzero, unique, ...): only those can be returned")
+            sizes.append(self.dims.actual.size(_size_named(metas, name)))
+        return sizes
 
     def lower_graph(self, graph_module: torch.fx.GraphModule, inputs: Sequence) -> list:
         """Lower a graph given the values of its placeholders; returns its flat outputs."""
@@ -107,6 +124,9 @@ class GraphLowering:
         with self.locations.for_node(node, name):
             if _is_size_meta(meta):  # SymInt arithmetic: emitted from its expression
                 return self.dims.size(meta)
+            if isinstance(meta, torch.SymInt) and self.dims.bound and self.dims.knows(meta):
+                return self.dims.actual.size(meta)  # a data-dependent size as a value: its true size
+            self._check_padded_operands(node, name)
             rule = lowering_for(node.target)
             if rule is None:  # checked before the walk; only reachable for nested graphs
                 raise LoweringError(f"no lowering for {name} at {describe(node)}")
@@ -122,8 +142,41 @@ class GraphLowering:
                     f"lowering {name} failed at {describe(node)}: {type(error).__name__}: {error}\n"
                     f"  node: {node.format_node()}") from error
 
+    def _check_padded_operands(self, node: torch.fx.Node, name: str) -> None:
+        """Raise unless ``node`` keeps the padding of the data-dependent tensors it takes (see
+        ``aten_lowerings.data_dependent``): elementwise and layout ops do; reductions, sorts, reshapes, ... mix
+        the padding rows into the result."""
+        if not self.dims.bound or keeps_padding(node):
+            return
+        padded = []
+        torch.fx.node.map_arg((node.args, node.kwargs), lambda a: padded.append(a) if is_padded(a) else None)
+        if padded:
+            raise LoweringError(
+                f"{name} at {describe(node)} takes {padded[0].name}, whose size is data-dependent "
+                f"({list(padded[0].meta['val'].shape)}, from an op such as nonzero or unique); such a tensor is "
+                "held padded to its largest size, so only elementwise and layout ops may take it (and the graph "
+                "may return it). Use a static-size form instead (nonzero_static, a mask with torch.where).")
+
     def _rng_key(self) -> ir.Value:
         return seeded_key(self._seed, next(self._keys))
+
+
+def _size_named(metas, name: str) -> torch.SymInt:
+    """The output dim named ``name``."""
+    return next(s for m in metas if isinstance(m, torch.Tensor) for s in m.shape
+                if isinstance(s, torch.SymInt) and str(s.node.expr) == name)
+
+
+def _refined(module: ir.Module, arg_types, context: ir.Context) -> ir.Module:
+    """The module with the padded sizes' ``?`` dims made static (input shapes static: each is a constant)."""
+    from runtime.refine import ShapeRefinementError, refine_shapes
+
+    shapes = [list(ir.RankedTensorType(t).shape) for t in arg_types]
+    try:
+        text = refine_shapes(module.operation.get_asm(enable_debug_info=True), shapes)
+    except ShapeRefinementError as error:
+        raise LoweringError(f"a data-dependent size did not become static: {error}") from error
+    return ir.Module.parse(text, context)
 
 
 def unsupported_targets(graph_module: torch.fx.GraphModule) -> dict:

@@ -84,22 +84,46 @@ def _samples(info, dtype: torch.dtype) -> list:
 
 
 def _settle(samples: list, dynamic: bool) -> None:
-    """Run ``samples`` as one module; if that fails before the comparison, split the batch (by dtype, then
-    in halves) until every failure belongs to one sample (one compile in the common case, a few more per
-    sample that fails). An op without lowering fails every sample of a dtype alike and is not split further."""
+    """Run ``samples`` as one module; if that fails before the comparison, split the batch until every failure
+    belongs to one sample (one compile in the common case, a few more per sample that fails). An op without
+    lowering fails every sample of a dtype alike and is not split further."""
     if not samples:
         return
     results = _run(samples, dynamic)
-    if results is None:
-        dtypes = list(dict.fromkeys(sample.dtype for sample in samples))
-        middle = len(samples) // 2
-        parts = ([[s for s in samples if s.dtype == d] for d in dtypes] if len(dtypes) > 1
-                 else [samples[:middle], samples[middle:]])
-        for part in parts:
+    if isinstance(results, _Failed):
+        for part in _parts(samples, results.suspects):
             _settle(part, dynamic)
         return
     for sample in samples:
         sample.result = results[sample]
+
+
+@dataclass
+class _Failed:
+    """A batch failed before the comparison; ``suspects`` are the samples the error names (maybe none)."""
+    suspects: list
+
+
+def _parts(samples: list, suspects: list) -> list[list]:
+    """How to split a failed batch: the samples its error names, each alone, and the rest together (torch.export
+    names the inputs whose dynamic dim it specialised); else by dtype; else in halves."""
+    if suspects and len(suspects) < len(samples):
+        return [[s] for s in suspects] + [[s for s in samples if s not in suspects]]
+    dtypes = list(dict.fromkeys(sample.dtype for sample in samples))
+    if len(dtypes) > 1:
+        return [[s for s in samples if s.dtype == d] for d in dtypes]
+    middle = len(samples) // 2
+    return [samples[:middle], samples[middle:]]
+
+
+_NAMED_INPUT = re.compile(r"\['tensors'\]\[(\d+)\]")
+
+
+def _named_samples(error: Exception, samples: list) -> list:
+    """The samples owning the batch inputs ``error`` names (``L['tensors'][3]``, ``inputs['tensors'][3]``)."""
+    owners = [sample for sample in samples for _ in sample.tensors]
+    named = {int(index) for index in _NAMED_INPUT.findall(str(error))}
+    return list(dict.fromkeys(owners[i] for i in sorted(named) if i < len(owners)))
 
 
 class _Settled:
@@ -193,9 +217,9 @@ class _Batch(torch.nn.Module):
         return tuple(outputs)
 
 
-def _run(samples: list[_Sample], dynamic: bool) -> dict | None:
+def _run(samples: list[_Sample], dynamic: bool) -> dict | _Failed:
     """Export, convert, run and compare ``samples`` in one module. A failure before comparison is the
-    whole batch's: ``None`` for a batch (which is then split), the sample's result for one."""
+    whole batch's: ``_Failed`` for a batch (which is then split), the sample's result for one."""
     from exporter import UnsupportedOpsError, export_to_stablehlo  # the sweep is a client of the public API
 
     tensors = [t.clone() for sample in samples for t in sample.tensors]
@@ -204,7 +228,8 @@ def _run(samples: list[_Sample], dynamic: bool) -> dict | None:
         program = torch.export.export(_Batch(samples), tuple(tensors),
                                       dynamic_shapes=_batch_dims(tensors) if dynamic else None)
     except Exception as error:
-        return None if not alone else {samples[0]: SampleResult("not_exportable", _first_line(error))}
+        return _Failed(_named_samples(error, samples)) if not alone else {
+            samples[0]: SampleResult("not_exportable", _first_line(error))}
     exported_ops = frozenset(str(n.target) for n in program.graph.nodes
                              if n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload))
     try:
@@ -212,10 +237,10 @@ def _run(samples: list[_Sample], dynamic: bool) -> dict | None:
         actual = artifact(*tensors)
     except UnsupportedOpsError as error:  # names the op and its source line: the same for every sample of a dtype
         if len({sample.dtype for sample in samples}) > 1:
-            return None
+            return _Failed([])
         return {sample: SampleResult("errored", _reason(error), exported_ops) for sample in samples}
     except Exception as error:
-        return None if not alone else {samples[0]: SampleResult("errored", _reason(error), exported_ops)}
+        return _Failed([]) if not alone else {samples[0]: SampleResult("errored", _reason(error), exported_ops)}
     lowered_ops = exported_ops | frozenset(_ATEN_IN_LOCATION.findall(artifact.stablehlo_text))
     if artifact.signature.takes_rng_seed:  # op_db re-seeds eager on every call, so the seed check cannot tell
         return {sample: SampleResult("random", "draws random numbers (tested statistically instead)", lowered_ops)

@@ -10,8 +10,10 @@ import sympy
 import torch
 import torch.utils._pytree as pytree
 from torch.export.graph_signature import InputKind, OutputKind
+from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
 from aten_lowerings.sampling import RNG_SEED_DTYPE, RNG_SEED_NAME, uses_random
+from runtime.dtypes import uncarried
 from runtime.specs import TensorSpec, dtype_name
 from runtime.validation import InputError
 
@@ -77,6 +79,9 @@ class Signature:
     in_spec: str                   # pytree spec of (args, kwargs), as torch's treespec_dumps
     out_spec: str
     dims: dict[str, list] = field(default_factory=dict)  # symbolic dim -> [min, max] (max None: unbounded)
+    # data-dependent sizes (torch's u0, ...) of output dims: @main returns them, in this order, after its
+    # outputs (as 0-d int64), and the outputs come back padded along those dims (see ``output_values``)
+    sizes: list[str] = field(default_factory=list)
     _trees: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -136,6 +141,21 @@ class Signature:
                 raise InputError(f"input '{slot.name}' was specialised to {slot.value!r} at export; got {value!r}")
         return [value for slot, value in zip(self.user_inputs, flat) if slot.tensor is not None]
 
+    def output_values(self, results: list) -> list:
+        """``@main``'s results, one per ``main_outputs`` slot, in the slot's dtype (``runtime.dtypes.CARRIED``);
+        each output with a data-dependent dim sliced to the size ``@main`` returned for it (after the outputs)."""
+        count = len(self.main_outputs)
+        sizes = {name: int(size.item()) for name, size in zip(self.sizes, results[count:])}
+        values = []
+        for slot, value in zip(self.main_outputs, results[:count]):
+            if not slot.scalar:
+                value = uncarried(value, slot.tensor.torch_dtype)
+                for dim, size in enumerate(slot.tensor.shape):
+                    if size in sizes:
+                        value = value.narrow(dim, 0, sizes[size])
+            values.append(value)
+        return values
+
     def unflatten_outputs(self, user_outputs: list):
         """The model's output structure around the flat user outputs."""
         return pytree.tree_unflatten(list(user_outputs), self.tree("out_spec"))
@@ -148,13 +168,13 @@ class Signature:
     def to_json(self) -> dict:
         return {"inputs": [s.to_json() for s in self.inputs],
                 "outputs": [s.to_json() for s in self.outputs],
-                "in_spec": self.in_spec, "out_spec": self.out_spec, "dims": self.dims}
+                "in_spec": self.in_spec, "out_spec": self.out_spec, "dims": self.dims, "sizes": self.sizes}
 
     @classmethod
     def from_json(cls, data: dict) -> "Signature":
         return cls([InputSlot.from_json(s) for s in data["inputs"]],
                    [OutputSlot.from_json(s) for s in data["outputs"]],
-                   data["in_spec"], data["out_spec"], data["dims"])
+                   data["in_spec"], data["out_spec"], data["dims"], data.get("sizes", []))
 
     def __str__(self) -> str:
         lines = ["inputs:"]
@@ -218,9 +238,23 @@ def signature_of(ep: torch.export.ExportedProgram) -> Signature:
         inputs = [dataclasses.replace(s, tensor=symbolic_dims.renamed_spec(s.tensor, names)) for s in inputs]
         outputs = [dataclasses.replace(s, tensor=symbolic_dims.renamed_spec(s.tensor, names)) for s in outputs]
     signature = Signature(inputs, outputs, pytree.treespec_dumps(_serializable(in_spec)),
-                          pytree.treespec_dumps(_serializable(out_spec)), _dim_ranges(ep))
+                          pytree.treespec_dumps(_serializable(out_spec)), _dim_ranges(ep),
+                          data_dependent_sizes(n.meta.get("val") for n in output_node.args[0]
+                                               if isinstance(n, torch.fx.Node)))
     signature._trees.update(in_spec=in_spec, out_spec=out_spec)  # in this process: the exact types
     return signature
+
+
+def data_dependent_sizes(metas) -> list[str]:
+    """The data-dependent symbols (torch's ``u0``) among the dims of the tensor ``metas`` (one per @main output,
+    in order), each once, in order of first appearance: the sizes @main returns after its outputs."""
+    names: list[str] = []
+    for meta in metas:
+        if isinstance(meta, torch.Tensor):
+            for size in meta.shape:
+                if isinstance(size, torch.SymInt) and free_unbacked_symbols(size) and str(size.node.expr) not in names:
+                    names.append(str(size.node.expr))
+    return names
 
 
 def _dim_ranges(ep: torch.export.ExportedProgram) -> dict[str, list]:

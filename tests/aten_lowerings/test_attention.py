@@ -5,7 +5,6 @@ import torch.nn.functional as F
 from jaxlib.mlir import ir
 
 from exporter import export_to_stablehlo
-from exporter.errors import LoweringError
 from runtime.mlir_context import make_context
 from tests.support import FunctionModule, assert_matches_eager
 
@@ -124,9 +123,23 @@ def test_dynamic_batch_and_sequence_lower_to_a_valid_module():
         assert ir.Module.parse(text).operation.verify()
 
 
-def test_dropout_is_refused():
-    with pytest.raises(LoweringError, match="random ops"):
-        export_to_stablehlo(FunctionModule(attention(dropout_p=0.5)), qkv((2,), 2, 4, 4))
+@pytest.mark.parametrize("options", [dict(), dict(is_causal=True), dict(enable_gqa=True)])
+def test_dropout_draws_numbers_inline(options):
+    """Dropout makes the op random: the program takes the rng_seed argument and the attention is inlined (no
+    composite, whose function could not reach the seed); its statistics are checked in test_random.py."""
+    inputs = qkv((2,), 4, 4, 4, kv_heads=2 if options.get("enable_gqa") else None)
+    artifact = export_to_stablehlo(FunctionModule(attention(dropout_p=0.5, **options)), inputs)
+    assert artifact.signature.takes_rng_seed and "stablehlo.composite" not in artifact.stablehlo_text
+    first, second = artifact(*inputs), artifact(*inputs)
+    assert first.shape == inputs[0].shape and not torch.equal(first, second)
+    assert not export_to_stablehlo(FunctionModule(attention(dropout_p=0.0, **options)),
+                                   inputs).signature.takes_rng_seed
+
+
+def test_dropout_with_probability_one_gives_zeros():
+    inputs = qkv((2,), 2, 4, 4)
+    out = export_to_stablehlo(FunctionModule(attention(dropout_p=1.0)), inputs)(*inputs)
+    torch.testing.assert_close(out, torch.zeros_like(out))
 
 
 class _DerivedKeys(torch.nn.Module):

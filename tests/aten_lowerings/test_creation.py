@@ -8,7 +8,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from exporter import export_to_stablehlo
-from exporter.errors import LoweringError
 from tests.support import (FunctionModule, assert_lowers_with_symbolic_batch, assert_matches_eager,
                            assert_named_in_locations, assert_registered_and_exported, assert_table_lowers, make, table)
 
@@ -131,14 +130,6 @@ def test_dropout_in_eval_mode_is_the_identity():
     x = make((2, 3, 4, 4), torch.float32)
     assert_registered_and_exported({op for op, _ in DROPOUTS.values()}, table(DROPOUTS), x)
     assert_matches_eager(table(DROPOUTS), x)
-
-
-@pytest.mark.parametrize("function", [lambda x: aten.alpha_dropout(x, 0.5, True),
-                                      lambda x: aten.feature_dropout(x, 0.5, True)], ids=["alpha", "feature"])
-def test_dropout_variants_in_training_mode_are_refused(function):
-    """dropout and native_dropout draw random numbers in training mode (tests/aten_lowerings/test_random.py)."""
-    with pytest.raises(LoweringError, match="training mode is not lowered"):
-        export_to_stablehlo(FunctionModule(function), (make((2, 3), torch.float32),))
 
 
 FILLS_AND_COPIES = {

@@ -1,10 +1,13 @@
-"""Fourier transforms against eager torch: rfft/irfft/fft/ifft and their n-d forms, norms, dims; complex views."""
+"""Fourier transforms against eager torch: rfft/irfft/fft/ifft and their n-d forms, norms, dims, Hermitian
+inverses (ihfft*), a symbolic batch; complex views, polar, conj_physical, complex32."""
 from __future__ import annotations
 
 import pytest
 import torch
 
-from tests.support import assert_lowers, assert_matches_eager, make
+from exporter import export_to_stablehlo
+from exporter.errors import LoweringError
+from tests.support import FunctionModule, assert_lowers, assert_matches_eager, export_with_symbolic_batch, make
 
 aten = torch.ops.aten
 FLOAT_AND_COMPLEX = [(torch.float32, torch.complex64), (torch.float64, torch.complex128)]
@@ -70,3 +73,44 @@ def test_zero_padded_transform_and_complex_scalar_arithmetic():
 def test_complex_from_broadcast_parts():
     assert_lowers([torch.ops.aten.complex.default],
                   lambda re, im: torch.view_as_real(torch.complex(re, im)), make((3, 4)), make((4,), seed=1))
+
+
+@pytest.mark.parametrize("function", [torch.fft.ihfft2, torch.fft.ihfftn])
+def test_hermitian_inverse_transforms(function):
+    """ihfft* conjugate a real-to-complex transform: export emits ``_conj_physical``."""
+    assert_lowers({aten._conj_physical.default}, lambda x: torch.view_as_real(function(x)), make((3, 4, 6)))
+
+
+def test_conj_physical_of_complex_and_real():
+    assert_matches_eager(lambda x: (torch.view_as_real(torch.conj_physical(torch.fft.fft(x))),
+                                    torch.conj_physical(x)), make((3, 4)))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_polar(dtype):
+    magnitude, angle = make((3, 4), dtype, low=0, high=2), make((4,), dtype, seed=1)
+    assert_lowers({aten.polar.default}, lambda r, a: torch.view_as_real(torch.polar(r, a)), magnitude, angle)
+
+
+COMPLEX32 = {"complex": lambda x: torch.complex(x, 2 * x), "view_as_complex": torch.view_as_complex,
+             "chalf": lambda x: x.chalf()}  # (eager has no float16 polar)
+
+
+@pytest.mark.parametrize("name", sorted(COMPLEX32))
+def test_complex32_is_carried_as_complex64(name):
+    """StableHLO has no complex type with float16 parts: complex32 travels as complex64 whose parts are rounded
+    to float16 values, and comes back to torch as complex32."""
+    x = make((3, 2), torch.float16)
+    artifact = assert_matches_eager(COMPLEX32[name], x)
+    assert artifact(x).dtype == torch.complex32
+    assert_matches_eager(lambda x: torch.view_as_real(COMPLEX32[name](x) * 3).float(), x)  # rounded after each op
+
+
+def test_symbolic_batch_of_a_transform_over_other_dims():
+    """Only the transformed dims need static sizes."""
+    x = make((5, 4, 6))
+    program = export_with_symbolic_batch(lambda x: torch.view_as_real(torch.fft.ihfft2(x)), x)
+    artifact = export_to_stablehlo(program)
+    for batch in (3, 7):
+        x = make((batch, 4, 6), seed=batch)
+        torch.testing.assert_close(artifact(x), torch.view_as_real(torch.fft.ihfft2(x)))

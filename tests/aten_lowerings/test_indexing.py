@@ -188,15 +188,6 @@ def test_nonzero_static(dtype, size, fill_value):
     assert_matches_eager(lambda x: torch.nonzero_static(x, size=size, fill_value=fill_value), x)
 
 
-def test_nonzero_says_what_to_do_instead():
-    from exporter import export_to_stablehlo
-    from exporter.errors import LoweringError
-    from tests.support import FunctionModule
-
-    with pytest.raises(LoweringError, match="data-dependent.*nonzero_static"):
-        export_to_stablehlo(FunctionModule(torch.nonzero), (make((4, 5)),))
-
-
 # -- 0-d operands, boolean-mask index_put, index_reduce ------------------------------------------
 
 def test_one_dim_writes_on_0d_tensors():

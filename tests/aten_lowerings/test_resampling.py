@@ -1,12 +1,13 @@
 """Resampling against eager torch: interpolate (nearest, nearest-exact, linear, bilinear, trilinear, bicubic),
-grid_sample, fold/unfold."""
+grid_sample (2-d and 3-d), fold/unfold."""
 from __future__ import annotations
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from tests.support import FLOATS, assert_lowers, assert_lowers_with_symbolic_batch, make
+from exporter import export_to_stablehlo
+from tests.support import FLOATS, FunctionModule, assert_lowers, assert_lowers_with_symbolic_batch, make
 
 aten = torch.ops.aten
 
@@ -98,6 +99,34 @@ def test_grid_sample_float64():
     grid = make((2, 4, 6, 2), torch.float64, low=-1.2, high=1.2, seed=1)
     assert_lowers([aten.grid_sampler_2d.default], lambda x, g: F.grid_sample(x, g, align_corners=False),
                   make((2, 3, 5, 7), torch.float64), grid)
+
+
+@pytest.mark.parametrize("align_corners", [False, True])
+@pytest.mark.parametrize("padding_mode", ["zeros", "border", "reflection"])
+@pytest.mark.parametrize("mode", ["bilinear", "nearest"])
+def test_grid_sample_3d(mode, padding_mode, align_corners):
+    """Trilinear (mode "bilinear" on 5-d input) and nearest sampling of a volume."""
+    grid = make((2, 3, 4, 5, 3), low=-1.6, high=1.6, seed=1)  # some points outside [-1, 1]
+    assert_lowers([aten.grid_sampler_3d.default],
+                  lambda x, g: F.grid_sample(x, g, mode, padding_mode, align_corners), make((2, 3, 4, 5, 6)), grid)
+
+
+def test_grid_sample_3d_float64():
+    grid = make((1, 2, 3, 4, 3), torch.float64, low=-1.2, high=1.2, seed=1)
+    assert_lowers([aten.grid_sampler_3d.default], lambda x, g: F.grid_sample(x, g, align_corners=False),
+                  make((1, 2, 3, 4, 5), torch.float64), grid)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_grid_sample_3d_low_precision_is_as_close_as_eager(dtype):
+    """torch's 3-d kernel rounds every step to the input's dtype; ours computes in float32 and rounds once, so
+    it is held to the float64 result: no further from it than eager torch is, plus the dtype's tolerance."""
+    x, grid = make((1, 2, 3, 4, 5), dtype), make((1, 2, 3, 4, 3), dtype, low=-1.2, high=1.2, seed=1)
+    sample = lambda x, g: F.grid_sample(x, g, align_corners=False)  # noqa: E731
+    got = export_to_stablehlo(FunctionModule(sample), (x, grid))(x, grid).double()
+    exact, eager = sample(x.double(), grid.double()), sample(x, grid).double()
+    rtol, atol = torch.testing._comparison.default_tolerances(torch.empty((), dtype=dtype))
+    assert ((got - exact).abs() <= (eager - exact).abs() + atol + rtol * exact.abs()).all()
 
 
 # -- fold / unfold -----------------------------------------------------------------------------------------------

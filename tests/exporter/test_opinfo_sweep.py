@@ -33,10 +33,10 @@ def test_report_rows_match_the_registry():
 def test_headline_figures():
     summary = REPORT["summary"]
     assert summary["lowered"] == summary["core_ops"], "every core ATen overload has a lowering"
-    # A floor under the committed figure (86.1%), so a regenerated report cannot quietly lose ground; the
-    # target is 98% (issue 3), not reached yet: the report lists every sample still failing and why.
-    assert summary["opinfo_static"]["pass_rate"] >= 0.86
-    assert summary["opinfo_dynamic"]["pass_rate"] >= 0.93
+    # The target is 98% of the eligible samples (issue 3); the floors sit just under the committed figures
+    # (98.9% static, 97.8% dynamic) so that a regenerated report cannot quietly lose ground.
+    assert summary["opinfo_static"]["pass_rate"] >= 0.988
+    assert summary["opinfo_dynamic"]["pass_rate"] >= 0.977
     assert sorted(REPORT["opinfo"]) == sorted(opinfos()), "the report sweeps every op_db entry"
 
 
