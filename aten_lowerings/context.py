@@ -52,6 +52,13 @@ class LoweringContext:
         meta = arg.meta.get("val") if isinstance(arg, torch.fx.Node) else None
         return meta if isinstance(meta, torch.Tensor) else None
 
+    def literal(self, position: int, key: str | None = None, default=None):
+        """Argument ``position`` (or keyword ``key``) as written in the graph, SymInt nodes read as their SymInts
+        (sizes, strides, offsets that rules need as numbers or size expressions, not as values)."""
+        args = self.node.args
+        arg = args[position] if position < len(args) else self.node.kwargs.get(key, default)
+        return torch.fx.node.map_arg(arg, lambda node: node.meta["val"])
+
     # -- shapes ----------------------------------------------------------
     def size_value(self, size) -> ir.Value:
         return self.dims.size(size)

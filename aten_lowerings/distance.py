@@ -18,6 +18,7 @@ from .helpers import (array_constant, as_tensor, broadcast_in_dim, compare, comp
                       full_like, iota, reduce, reshape)
 from .indexing import gather_plan, IndexPlan, index_plan, scatter_plan
 from .linalg import contract
+from .reductions import p_norm
 from .registry import lower
 from .shape_ops import slice_dim
 
@@ -25,19 +26,8 @@ aten = torch.ops.aten
 
 
 def _p_norm(ctx, difference, sizes, p: float):
-    """The p-norm of ``difference`` (torch sizes ``sizes``) over its last dim; p = 0 counts the nonzeros."""
-    magnitude, dtype, last = stablehlo.abs(difference), dtype_of(difference), len(sizes) - 1
-    if p == 0:
-        nonzero = compare(magnitude, full_like(ctx, sizes, 0, dtype), "NE")
-        return reduce(ctx, convert(nonzero, dtype), [last], 0, stablehlo.add)
-    if p == math.inf:
-        return reduce(ctx, magnitude, [last], 0, maximum)
-    if p == 1:
-        return reduce(ctx, magnitude, [last], 0, stablehlo.add)
-    if p == 2:
-        return stablehlo.sqrt(reduce(ctx, stablehlo.multiply(magnitude, magnitude), [last], 0, stablehlo.add))
-    total = reduce(ctx, stablehlo.power(magnitude, as_tensor(ctx, p, dtype, sizes)), [last], 0, stablehlo.add)
-    return stablehlo.power(total, as_tensor(ctx, 1.0 / p, dtype, sizes[:-1]))
+    """The p-norm of ``difference`` (torch sizes ``sizes``) over its last dim."""
+    return p_norm(ctx, stablehlo.abs(difference), sizes, [len(sizes) - 1], p)
 
 
 def _uses_matmul(p, compute_mode, rows, other_rows) -> bool:

@@ -136,15 +136,16 @@ def promoted_dtype(*operands, metas: Sequence | None = None) -> torch.dtype:
 def convert(value: ir.Value, dtype: torch.dtype) -> ir.Value:
     if dtype == torch.complex32:  # carried as complex64 (mlir_types): round its parts to float16 values
         value = convert(value, torch.complex64)
-        real, imag = (_round_to(part, torch.float16) for part in (stablehlo.real(value), stablehlo.imag(value)))
+        real, imag = (round_to(part, torch.float16) for part in (stablehlo.real(value), stablehlo.imag(value)))
         return stablehlo.complex(real, imag)
     if dtype_of(value) == dtype:
         return value
     return stablehlo.convert(with_dtype(value, dtype), value)
 
 
-def _round_to(value: ir.Value, dtype: torch.dtype) -> ir.Value:
-    """``value`` rounded to ``dtype``'s precision, kept in its own type."""
+def round_to(value: ir.Value, dtype: torch.dtype) -> ir.Value:
+    """``value`` rounded to ``dtype`` and back to its own type: where torch stores an intermediate result in a
+    narrower dtype than it computes in."""
     return convert(convert(value, dtype), dtype_of(value))
 
 

@@ -13,7 +13,7 @@ import torch
 from jaxlib.mlir.dialects import stablehlo
 
 from .helpers import (broadcast_in_dim, compute_dtype, constant, convert, dim_size, dtype_of, full_like, reduce,
-                      reshape, static_shape)
+                      reshape, round_to, static_shape)
 from .mlir_types import DYNAMIC
 from .registry import lower
 
@@ -46,18 +46,13 @@ def _normalize(ctx, x, sizes, dims, eps, stats_dtype=None):
     squares = reduce(ctx, stablehlo.multiply(centered, centered), dims, 0, stablehlo.add)
     rounded = stats_dtype is not None and stats_dtype != dtype_of(x)
     if rounded:
-        mean, squares = _round(mean, stats_dtype), _round(squares, stats_dtype)
+        mean, squares = round_to(mean, stats_dtype), round_to(squares, stats_dtype)
         centered = stablehlo.subtract(x, broadcast_in_dim(ctx, mean, sizes, kept))
     var = stablehlo.divide(squares, count)
     rstd = _rsqrt_plus(ctx, var, eps, kept_sizes)
     if rounded:
-        rstd = _round(rstd, stats_dtype)
+        rstd = round_to(rstd, stats_dtype)
     return stablehlo.multiply(centered, broadcast_in_dim(ctx, rstd, sizes, kept)), mean, var, rstd
-
-
-def _round(value, dtype):
-    """``value`` rounded to ``dtype`` and back."""
-    return convert(convert(value, dtype), dtype_of(value))
 
 
 def _affine(ctx, y, weight, bias, sizes, param_dims):

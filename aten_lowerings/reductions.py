@@ -17,7 +17,7 @@ from jaxlib.mlir.dialects import chlo, stablehlo
 
 from .elementwise import maximum, minimum
 from .helpers import (as_tensor, broadcast_in_dim, compare, compute_dtype, constant, convert, dtype_of, full_like,
-                      iota, normalize_dim, normalize_dims, rank, reduce, reshape, static_shape)
+                      iota, normalize_dim, normalize_dims, rank, reduce, reshape, round_to, static_shape)
 from .mlir_types import DYNAMIC, tensor_type
 from .registry import lower
 
@@ -67,11 +67,6 @@ def _count(ctx, dims, like):
     count = math.prod(sizes[d] for d in dims)
     count = count if isinstance(count, int) else ctx.size_value(count)
     return as_tensor(ctx, count, dtype_of(like), _kept(ctx, dims)[0])
-
-
-def _stored(value, dtype):
-    """``value`` rounded to ``dtype`` and back: where torch keeps an intermediate result in a (half) dtype."""
-    return convert(convert(value, dtype), dtype_of(value))
 
 
 def _sum(ctx, x, dims):
@@ -342,7 +337,7 @@ def log_softmax(ctx, x, dim, *_, dtype=None):
     """Along the last dim, torch's CPU kernel keeps the sum and its log in the output dtype; so do we."""
     shifted, total = _shifted(ctx, x, _dims(x, dim))
     if normalize_dim(dim, max(rank(x), 1)) == rank(x) - 1:
-        total = _stored(stablehlo.log(_stored(total, ctx.out_dtype)), ctx.out_dtype)
+        total = round_to(stablehlo.log(round_to(total, ctx.out_dtype)), ctx.out_dtype)
         return convert(stablehlo.subtract(shifted, total), ctx.out_dtype)
     return convert(stablehlo.subtract(shifted, stablehlo.log(total)), ctx.out_dtype)
 
@@ -365,27 +360,31 @@ def logsumexp(ctx, x, dim, keepdim=False):
     value = convert(x, compute_dtype(dtype))
     peak = reduce(ctx, value, dims, _lowest(dtype_of(value)), maximum)
     peak = stablehlo.select(chlo.is_inf(peak), full_like(ctx, _kept(ctx, dims)[0], 0, dtype_of(peak)), peak)
-    shifted = _stored(stablehlo.subtract(value, _expand(ctx, peak, dims)), dtype)
-    total = _stored(reduce(ctx, _stored(stablehlo.exponential(shifted), dtype), dims, 0, stablehlo.add), dtype)
-    return _finish(ctx, stablehlo.add(_stored(stablehlo.log(total), dtype), peak))
+    shifted = round_to(stablehlo.subtract(value, _expand(ctx, peak, dims)), dtype)
+    total = round_to(reduce(ctx, round_to(stablehlo.exponential(shifted), dtype), dims, 0, stablehlo.add), dtype)
+    return _finish(ctx, stablehlo.add(round_to(stablehlo.log(total), dtype), peak))
 
 
 @lower(aten.linalg_vector_norm.default)
 def vector_norm(ctx, x, ord=2, dim=None, keepdim=False, *, dtype=None):
     dims = _dims(x, dim)
     magnitude = stablehlo.abs(convert(x, compute_dtype(ctx.out_dtype)))
+    return _finish(ctx, p_norm(ctx, magnitude, ctx.arg_meta(0).shape, dims, ord))
+
+
+def p_norm(ctx, magnitude, sizes, dims, p):
+    """The p-norm over ``dims`` of ``magnitude`` (absolute values, torch sizes ``sizes``), with
+    torch.linalg.vector_norm's special cases: p = +-inf the extreme, 0 the count of nonzeros, 1, 2; the
+    reduced dims are dropped."""
     dtype = dtype_of(magnitude)
-    if ord in (math.inf, -math.inf):
-        extreme = maximum if ord > 0 else minimum
-        return _finish(ctx, reduce(ctx, magnitude, dims, -ord, extreme))  # init: the identity of extreme
-    if ord == 0:
-        nonzero = convert(compare(magnitude, full_like(ctx, ctx.arg_meta(0).shape, 0, dtype), "NE"), dtype)
-        return _finish(ctx, reduce(ctx, nonzero, dims, 0, stablehlo.add))
-    if ord == 1:
-        return _finish(ctx, reduce(ctx, magnitude, dims, 0, stablehlo.add))
-    if ord == 2:
-        return _finish(ctx, stablehlo.sqrt(reduce(ctx, stablehlo.multiply(magnitude, magnitude), dims, 0,
-                                                  stablehlo.add)))
-    powers = stablehlo.power(magnitude, full_like(ctx, ctx.arg_meta(0).shape, ord, dtype))
-    total = reduce(ctx, powers, dims, 0, stablehlo.add)
-    return _finish(ctx, stablehlo.power(total, as_tensor(ctx, 1.0 / ord, dtype, _kept(ctx, dims)[0])))
+    if p in (math.inf, -math.inf):  # init: the identity of the extreme over values >= 0
+        return reduce(ctx, magnitude, dims, 0 if p > 0 else math.inf, maximum if p > 0 else minimum)
+    if p == 0:
+        nonzero = convert(compare(magnitude, full_like(ctx, sizes, 0, dtype), "NE"), dtype)
+        return reduce(ctx, nonzero, dims, 0, stablehlo.add)
+    if p == 1:
+        return reduce(ctx, magnitude, dims, 0, stablehlo.add)
+    if p == 2:
+        return stablehlo.sqrt(reduce(ctx, stablehlo.multiply(magnitude, magnitude), dims, 0, stablehlo.add))
+    total = reduce(ctx, stablehlo.power(magnitude, full_like(ctx, sizes, p, dtype)), dims, 0, stablehlo.add)
+    return stablehlo.power(total, as_tensor(ctx, 1.0 / p, dtype, [s for d, s in enumerate(sizes) if d not in dims]))

@@ -17,7 +17,7 @@ from jaxlib.mlir.dialects import stablehlo
 
 from .conv_pool import per_dim
 from .helpers import (array_constant, broadcast_in_dim, compare, compute_dtype, constant, convert, full_like, iota,
-                      reshape)
+                      reshape, round_to)
 from .mlir_types import DYNAMIC, mlir_shape, tensor_type
 from .registry import lower
 from .shape_ops import slice_dim, strided_slice, take
@@ -141,7 +141,7 @@ def _upsample(ctx, x, *_args, taps, n: int, rounded_weights: bool = False, **_kw
             term = take(ctx, value, dim, array_constant(index, torch.int64), sizes)
             if weight is not None:
                 weight = array_constant(weight, dtype)
-                weight = convert(convert(weight, ctx.out_dtype), dtype) if rounded_weights else weight
+                weight = round_to(weight, ctx.out_dtype) if rounded_weights else weight
                 term = stablehlo.multiply(term, broadcast_in_dim(ctx, weight, sizes, [dim]))
             result = term if result is None else stablehlo.add(result, term)
         value = result

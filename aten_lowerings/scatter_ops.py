@@ -15,19 +15,14 @@ from jaxlib.mlir.dialects import stablehlo
 
 from .elementwise import maximum, minimum
 from .helpers import (as_tensor, broadcast_in_dim, compare, compute_dtype, convert, dtype_of, full_like,
-                      iota, normalize_dim, normalize_dims, promoted_dtype, rank, reduce, reshape, with_dtype)
+                      iota, normalize_dim, normalize_dims, promoted_dtype, rank, reduce, reshape, round_to,
+                      with_dtype)
 from .indexing import IndexPlan, along_dim_plan, gather_plan, index_plan, scatter_plan
+from .reductions import p_norm
 from .registry import lower
 from .shape_ops import strided_slice
 
 aten, prims = torch.ops.aten, torch.ops.prims
-
-
-def _literal(ctx, position: int, key: str, default=None):
-    """Argument ``position`` (or keyword ``key``) with SymInt nodes read as their SymInts."""
-    args, kwargs = ctx.node.args, ctx.node.kwargs
-    arg = args[position] if position < len(args) else kwargs.get(key, default)
-    return torch.fx.node.map_arg(arg, lambda node: node.meta["val"])
 
 
 # -- flat put / take -----------------------------------------------------------------------
@@ -84,9 +79,9 @@ def as_strided_scatter(ctx, x, src, size, stride, storage_offset=None):
     """``src`` written at element ``storage_offset + sum(i_d * stride_d)`` of x's row-major flattening (x is a
     value of its own in an exported graph; see shape_ops.as_strided)."""
     sizes, count = ctx.arg_meta(1).shape, ctx.arg_meta(1).numel()
-    offset = _literal(ctx, 4, "storage_offset") or 0
+    offset = ctx.literal(4, "storage_offset") or 0
     position = broadcast_in_dim(ctx, ctx.size_value(offset), sizes, [])
-    for d, step in enumerate(_literal(ctx, 3, "stride")):
+    for d, step in enumerate(ctx.literal(3, "stride")):
         steps = stablehlo.multiply(iota(ctx, sizes, d), broadcast_in_dim(ctx, ctx.size_value(step), sizes, []))
         position = stablehlo.add(position, steps)
     plan = IndexPlan(reshape(ctx, position, [count, 1]), [0], [], [count])
@@ -215,24 +210,6 @@ def hash_tensor(ctx, x, dim=(), *, keepdim=False, mode=0):
     return reshape(ctx, reduce(ctx, bits, dims, 0, stablehlo.xor), ctx.out_shape)
 
 
-def _norm(ctx, magnitude, dims, p: float):
-    """The p-norm of non-negative ``magnitude`` over ``dims`` (torch.linalg.vector_norm's cases)."""
-    sizes = list(ctx.arg_meta(0).shape)
-    if p in (math.inf, -math.inf):
-        return reduce(ctx, magnitude, dims, -p, maximum if p > 0 else minimum)
-    if p == 0:
-        nonzero = compare(magnitude, full_like(ctx, sizes, 0, dtype_of(magnitude)), "NE")
-        return reduce(ctx, convert(nonzero, dtype_of(magnitude)), dims, 0, stablehlo.add)
-    if p == 1:
-        return reduce(ctx, magnitude, dims, 0, stablehlo.add)
-    if p == 2:
-        return stablehlo.sqrt(reduce(ctx, stablehlo.multiply(magnitude, magnitude), dims, 0, stablehlo.add))
-    powers = stablehlo.power(magnitude, full_like(ctx, sizes, p, dtype_of(magnitude)))
-    total = reduce(ctx, powers, dims, 0, stablehlo.add)
-    kept = [s for d, s in enumerate(sizes) if d not in dims]
-    return stablehlo.power(total, full_like(ctx, kept, 1.0 / p, dtype_of(magnitude)))
-
-
 @lower(aten.renorm.default)
 def renorm(ctx, x, p, dim, maxnorm):
     """Each slice along ``dim`` whose p-norm exceeds ``maxnorm`` scaled by ``maxnorm / (norm + 1e-7)``; the norm
@@ -242,12 +219,12 @@ def renorm(ctx, x, p, dim, maxnorm):
     value = convert(x, compute_dtype(dtype))
     wide = dtype_of(value)
     dims = [d for d in range(len(sizes)) if d != dim]
-    norm = _norm(ctx, stablehlo.abs(value), dims, float(p))
+    norm = p_norm(ctx, stablehlo.abs(value), sizes, dims, float(p))
     kept = [sizes[dim]]
     factor = stablehlo.divide(full_like(ctx, kept, maxnorm, wide),
                               stablehlo.add(norm, full_like(ctx, kept, 1e-7, wide)))
     over = compare(norm, full_like(ctx, kept, maxnorm, wide), "GT")
     factor = stablehlo.select(over, factor, full_like(ctx, kept, 1, wide))
-    factor = convert(convert(factor, dtype), wide)
+    factor = round_to(factor, dtype)
     scaled = stablehlo.multiply(value, broadcast_in_dim(ctx, factor, sizes, [dim]))
     return convert(scaled, dtype)

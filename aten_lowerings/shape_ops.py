@@ -190,11 +190,6 @@ def expand(ctx, x, *_size_args, implicit=False):
     return broadcast_to(ctx, x, ctx.out_shape)
 
 
-def _literal(ctx, index):
-    """Positional arg ``index`` of the node with SymInt nodes read as their SymInts (not values)."""
-    return torch.fx.node.map_arg(ctx.node.args[index], lambda node: node.meta["val"])
-
-
 def _repeat(ctx, x, repeats):
     """Broadcast into interleaved (repeat, size) dims, then merge each pair."""
     in_sizes = [1] * (len(repeats) - rank(x)) + list(ctx.arg_meta(0).shape)
@@ -206,12 +201,12 @@ def _repeat(ctx, x, repeats):
 
 @lower(aten.repeat.default)
 def repeat(ctx, x, _repeats):
-    return _repeat(ctx, x, list(_literal(ctx, 1)))
+    return _repeat(ctx, x, list(ctx.literal(1)))
 
 
 @lower(aten.tile.default)
 def tile(ctx, x, _dims):
-    dims = list(_literal(ctx, 1))
+    dims = list(ctx.literal(1))
     return _repeat(ctx, x, [1] * (rank(x) - len(dims)) + dims)
 
 
@@ -392,7 +387,7 @@ def as_strided(ctx, x, size, stride, storage_offset=None):
     non-contiguous tensor they would count in the underlying storage instead."""
     sizes = ctx.out_shape
     position = full_like(ctx, sizes, storage_offset or 0, torch.int64)
-    for d, step in enumerate(_literal(ctx, 2)):
+    for d, step in enumerate(ctx.literal(2)):
         steps = stablehlo.multiply(iota(ctx, sizes, d), broadcast_in_dim(ctx, ctx.size_value(step), sizes, []))
         position = stablehlo.add(position, steps)
     return take(ctx, reshape(ctx, x, [ctx.arg_meta(0).numel()]), 0, position, sizes)
