@@ -17,7 +17,7 @@ from .indexing import along_dim_plan, gather_plan
 from .mlir_types import tensor_type
 from .reductions import arg_picker, reduce_region, scan
 from .registry import lower
-from .sampling import uniform_values
+from .sampling import keep_mask, uniform_values
 from .shape_ops import slice_dim
 from .sorting import sort_with_indices
 
@@ -27,12 +27,6 @@ _ALPHA = 1.7580993408473766  # SELU's alpha * scale: where alpha dropout sends d
 
 
 # -- dropout variants --------------------------------------------------------------------------------
-
-def _keep_mask(ctx, sizes, p: float, dtype):
-    """1 with probability 1 - p, else 0 (torch's ``bernoulli_(1 - p)`` noise), in ``dtype``."""
-    keep = compare(uniform_values(ctx, sizes, torch.float32), full_like(ctx, sizes, p, torch.float32), "GE")
-    return convert(keep, dtype)
-
 
 def _noise_sizes(sizes, feature: bool):
     """Feature dropout draws one number per (sample, channel): torch's ``make_feature_noise``."""
@@ -47,7 +41,7 @@ def _dropout_variant(ctx, x, p: float, feature: bool, alpha: bool):
     if p == 1:
         return convert(stablehlo.multiply(value, full_like(ctx, sizes, 0, dtype)), ctx.out_dtype)
     noise_sizes = _noise_sizes(sizes, feature)
-    keep = broadcast_in_dim(ctx, _keep_mask(ctx, noise_sizes, p, dtype), sizes, list(range(len(sizes))))
+    keep = broadcast_in_dim(ctx, convert(keep_mask(ctx, noise_sizes, p), dtype), sizes, list(range(len(sizes))))
     if not alpha:
         noise = stablehlo.multiply(keep, full_like(ctx, sizes, 1 / (1 - p), dtype))
         return convert(stablehlo.multiply(value, noise), ctx.out_dtype)

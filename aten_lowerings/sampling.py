@@ -141,10 +141,15 @@ def randperm(ctx, n, **_kwargs):
     return convert(sort_with_indices(ctx, keys, 0, False, [n])[1], ctx.out_dtype)
 
 
+def keep_mask(ctx, sizes, p: float) -> ir.Value:
+    """True with probability 1 - p (torch's ``bernoulli_(1 - p)`` dropout noise), of torch sizes ``sizes``."""
+    return compare(uniform_values(ctx, sizes, torch.float32), full_like(ctx, sizes, p, torch.float32), "GE")
+
+
 def dropout_values(ctx, x, p, sizes, dtype):
     """(output, keep mask): each element of ``x`` (torch sizes ``sizes``, static) zeroed with probability ``p``,
     the rest scaled by 1 / (1 - p), in ``dtype``."""
-    keep = compare(uniform_values(ctx, sizes, torch.float32), full_like(ctx, sizes, p, torch.float32), "GE")
+    keep = keep_mask(ctx, sizes, p)
     scale = 0.0 if p >= 1 else 1.0 / (1.0 - p)
     kept = stablehlo.multiply(convert(x, dtype), full_like(ctx, sizes, scale, dtype))
     return stablehlo.select(keep, kept, full_like(ctx, sizes, 0, dtype)), keep
