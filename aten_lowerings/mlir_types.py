@@ -17,7 +17,7 @@ _SIGNED_INT_BITS = {torch.int8: 8, torch.int16: 16, torch.int32: 32, torch.int64
 _UNSIGNED_INT_BITS = {torch.uint8: 8, torch.uint16: 16, torch.uint32: 32, torch.uint64: 64}
 _COMPLEX_PARTS = {torch.complex64: torch.float32, torch.complex128: torch.float64, torch.complex32: torch.float32}
 """StableHLO has no complex type with float16 parts: complex32 is carried as complex64 whose parts hold float16
-values (``helpers.convert`` rounds them; the runtime casts at the boundary, ``runtime.dtypes``)."""
+values (``helpers.convert`` rounds them; the runtime casts at the boundary, ``stablehlo_ir.dtypes``)."""
 
 DYNAMIC = ir.ShapedType.get_dynamic_size()
 

@@ -70,7 +70,7 @@ def time_model(name: str, size: dict, repeats: int) -> None:
     from exporter import export_to_stablehlo
     from golden import zoo
     from runtime import pjrt
-    from runtime.dtypes import to_numpy
+    from stablehlo_ir.dtypes import to_numpy
 
     built = zoo.get(name).build(**size)
     model, args, kwargs = built.model, tuple(built.args), dict(built.kwargs)

@@ -8,7 +8,7 @@ from torch.export import ExportedProgram
 
 from aten_lowerings.registry import op_name
 from quantize import lowering_graph, plain_quantized_weights, prepare_quantized
-from runtime.mlir_context import make_context
+from stablehlo_ir.mlir_context import make_context
 
 from .artifact import StableHLOArtifact
 from .errors import UnsupportedOpsError

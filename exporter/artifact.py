@@ -11,11 +11,12 @@ from pathlib import Path
 import torch
 
 from runtime import pjrt
-from runtime.dtypes import to_numpy, to_torch
 from runtime.validation import validate_inputs
+from stablehlo_ir.dtypes import to_numpy, to_torch
 
 from . import bundle
 from .errors import WeightsError
+from .jax_handoff import to_jax
 from .signature import Signature
 from .versions import DEFAULT_TARGET
 from .weights import alias_map, attach, missing_data
@@ -80,7 +81,7 @@ class StableHLOArtifact:
 
     def _compiled(self, device_inputs: list) -> pjrt.Executable:
         """The executable for these ``@main`` arguments: one for a static module; for a dynamic one, one per
-        shape signature of the call (the module refined to it; see ``runtime.refine``)."""
+        shape signature of the call (the module refined to it; see ``stablehlo_ir.refine``)."""
         shapes = tuple(tuple(a.shape) for a in device_inputs) if self.signature.is_dynamic else ()
         if shapes not in self._executables:
             self._executables[shapes] = pjrt.Executable(self.stablehlo_text, self.platform,
@@ -154,8 +155,6 @@ class StableHLOArtifact:
     def to_jax(self, *, target_version: str = DEFAULT_TARGET):
         """A ``JaxModel``: callable on JAX arrays, with ``.exported`` (a ``jax.export.Exported`` whose module
         is serialized at ``target_version``, for ``Exported.serialize``)."""
-        from .jax_handoff import to_jax
-
         self._require_sized_outputs("hand to JAX")
         return to_jax(self, target_version)
 

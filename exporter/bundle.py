@@ -24,9 +24,9 @@ import safetensors.torch
 import torch
 from jaxlib.mlir.dialects import stablehlo
 
-from runtime.mlir_context import make_context
-from runtime.passes import portable_artifact
-from runtime.specs import DTYPES_BY_NAME, dtype_name
+from stablehlo_ir.mlir_context import make_context
+from stablehlo_ir.passes import portable_artifact
+from stablehlo_ir.specs import DTYPES_BY_NAME, dtype_name
 
 from .errors import BundleError, BundleVersionError
 from .folders import staged_folder

@@ -21,6 +21,7 @@ from aten_lowerings.data_dependent import PaddedDims, is_padded, keeps_padding
 from aten_lowerings.mlir_types import tensor_type
 from aten_lowerings.registry import lowering_for, op_name
 from aten_lowerings.sampling import RNG_SEED_DTYPE, RNG_SEED_NAME, seeded_key, uses_random
+from stablehlo_ir.refine import ShapeRefinementError, refine_shapes
 
 from .errors import LoweringError
 from .locations import LocationCache, describe
@@ -169,8 +170,6 @@ def _size_named(metas, name: str) -> torch.SymInt:
 
 def _refined(module: ir.Module, arg_types, context: ir.Context) -> ir.Module:
     """The module with the padded sizes' ``?`` dims made static (input shapes static: each is a constant)."""
-    from runtime.refine import ShapeRefinementError, refine_shapes
-
     shapes = [list(ir.RankedTensorType(t).shape) for t in arg_types]
     try:
         text = refine_shapes(module.operation.get_asm(enable_debug_info=True), shapes)

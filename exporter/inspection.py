@@ -7,7 +7,7 @@ from pathlib import Path
 
 from jaxlib.mlir import ir
 
-from runtime.mlir_context import make_context
+from stablehlo_ir.mlir_context import make_context
 
 from . import bundle
 from .signature import Signature

@@ -11,8 +11,8 @@ import jax
 import jax.numpy as jnp
 from jax import export as jax_export
 
-from runtime.dtypes import to_numpy
-from runtime.specs import TensorSpec
+from stablehlo_ir.dtypes import to_numpy
+from stablehlo_ir.specs import TensorSpec
 
 from .signature import Signature
 from .versions import DEFAULT_TARGET

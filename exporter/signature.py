@@ -13,8 +13,8 @@ from torch.export.graph_signature import InputKind, OutputKind
 from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
 from aten_lowerings.sampling import RNG_SEED_DTYPE, RNG_SEED_NAME, uses_random
-from runtime.dtypes import uncarried
-from runtime.specs import TensorSpec, dtype_name
+from stablehlo_ir.dtypes import uncarried
+from stablehlo_ir.specs import TensorSpec, dtype_name
 from runtime.validation import InputError
 
 from . import symbolic_dims
@@ -142,7 +142,7 @@ class Signature:
         return [value for slot, value in zip(self.user_inputs, flat) if slot.tensor is not None]
 
     def output_values(self, results: list) -> list:
-        """``@main``'s results, one per ``main_outputs`` slot, in the slot's dtype (``runtime.dtypes.CARRIED``);
+        """``@main``'s results, one per ``main_outputs`` slot, in the slot's dtype (``stablehlo_ir.dtypes.CARRIED``);
         each output with a data-dependent dim sliced to the size ``@main`` returned for it (after the outputs)."""
         count = len(self.main_outputs)
         sizes = {name: int(size.item()) for name, size in zip(self.sizes, results[count:])}

@@ -17,7 +17,7 @@ from typing import Sequence
 import sympy
 import torch
 
-from runtime.specs import TensorSpec
+from stablehlo_ir.specs import TensorSpec
 
 from .errors import DimensionError
 

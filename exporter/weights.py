@@ -9,15 +9,15 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import safetensors
 import torch
+from torch._subclasses.fake_tensor import FakeTensor
 
 from .errors import WeightsError
 
 
 def has_data(tensor: torch.Tensor) -> bool:
     """False for meta and fake tensors: a shape and a dtype, no values."""
-    from torch._subclasses.fake_tensor import FakeTensor
-
     return not (tensor.is_meta or isinstance(tensor, FakeTensor))
 
 
@@ -100,8 +100,6 @@ def _open(source) -> dict:
         files = sorted(path.glob("*.safetensors")) if path.is_dir() else [path]
     else:
         files = [Path(f) for f in source]
-    import safetensors
-
     readers = {}
     for file in files:
         if not file.is_file():

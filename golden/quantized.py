@@ -16,7 +16,7 @@ from torch import nn
 
 from quantize.schemes import DEQUANTIZE
 
-from .zoo import CNN, MLP, SEED, Built, _generator, _randomize_batchnorm, _seeded, register
+from .zoo import CNN, MLP, SEED, Built, example_generator, randomize_batchnorm, register, seeded_model
 
 CALIBRATION_BATCHES = 8
 
@@ -84,7 +84,7 @@ def _quantized_entry(model: nn.Module, example: torch.Tensor) -> Built:
 @register("mlp_int8", tags=("torch", "small", "quantized"),
           description="the mlp entry, pt2e static int8 (XNNPACK quantizer, per-channel weights)")
 def _mlp_int8() -> Built:
-    return _quantized_entry(_seeded(MLP), torch.randn(4, 16, generator=_generator()))
+    return _quantized_entry(seeded_model(MLP), torch.randn(4, 16, generator=example_generator()))
 
 
 @register("cnn_int8", tags=("torch", "small", "conv", "quantized"),
@@ -92,13 +92,13 @@ def _mlp_int8() -> Built:
 def _cnn_int8() -> Built:
     def build():
         model = CNN()
-        _randomize_batchnorm(model)
+        randomize_batchnorm(model)
         return model
 
-    return _quantized_entry(_seeded(build), torch.randn(2, 3, 32, 32, generator=_generator()))
+    return _quantized_entry(seeded_model(build), torch.randn(2, 3, 32, 32, generator=example_generator()))
 
 
 @register("transformer_block_int8", tags=("torch", "small", "attention", "sdpa", "quantized"),
           description="pre-norm transformer block (causal SDPA, GELU MLP), pt2e static int8 linears and adds")
 def _transformer_block_int8() -> Built:
-    return _quantized_entry(_seeded(TransformerBlock), torch.randn(2, 8, 32, generator=_generator()))
+    return _quantized_entry(seeded_model(TransformerBlock), torch.randn(2, 8, 32, generator=example_generator()))

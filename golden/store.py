@@ -61,10 +61,6 @@ def flatten_inputs(args: tuple, kwargs: dict) -> tuple[dict[str, object], pytree
     return {input_key(path): leaf for path, leaf in leaves}, spec
 
 
-def flatten_outputs(outputs) -> list:
-    return pytree.tree_flatten(outputs)[0]
-
-
 def spec_text(spec: pytree.TreeSpec) -> str:
     """The pytree structure as text (treespec_dumps; its repr for types with no serialized name)."""
     try:

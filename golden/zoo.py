@@ -82,12 +82,12 @@ def names(tag: str | None = None) -> list[str]:
 
 # -- helpers ------------------------------------------------------------------------
 
-def _generator() -> torch.Generator:
+def example_generator() -> torch.Generator:
     """Inputs come from their own generator, so they do not depend on how much RNG the model used."""
     return torch.Generator().manual_seed(SEED)
 
 
-def _seeded(build_model: Callable[[], nn.Module]) -> nn.Module:
+def seeded_model(build_model: Callable[[], nn.Module]) -> nn.Module:
     torch.manual_seed(SEED)
     with torch.no_grad():
         model = build_model()
@@ -126,8 +126,8 @@ class MLP(nn.Module):
 
 @register("mlp", tags=("torch", "small"), description="Linear/GELU/LayerNorm/ReLU MLP with a residual connection")
 def _mlp(batch: int = 4) -> Built:
-    model = _seeded(MLP)
-    x = torch.randn(batch, 16, generator=_generator())
+    model = seeded_model(MLP)
+    x = torch.randn(batch, 16, generator=example_generator())
     return Built(model, (x,))
 
 
@@ -153,7 +153,7 @@ class CNN(nn.Module):
         return self.classifier(torch.flatten(self.features(x), 1))
 
 
-def _randomize_batchnorm(model: nn.Module) -> None:
+def randomize_batchnorm(model: nn.Module) -> None:
     """Non-trivial running statistics and affine parameters, so eval-mode BatchNorm is exercised."""
     for module in model.modules():
         if isinstance(module, nn.BatchNorm2d):
@@ -168,11 +168,11 @@ def _randomize_batchnorm(model: nn.Module) -> None:
 def _cnn(batch: int = 2, image_size: int = 32) -> Built:
     def build():
         model = CNN()
-        _randomize_batchnorm(model)
+        randomize_batchnorm(model)
         return model
 
-    model = _seeded(build)
-    x = torch.randn(batch, 3, image_size, image_size, generator=_generator())
+    model = seeded_model(build)
+    x = torch.randn(batch, 3, image_size, image_size, generator=example_generator())
     return Built(model, (x,))
 
 
@@ -185,8 +185,8 @@ def _gpt2(n_layer: int | None, batch: int = 1, length: int = 8, **config_options
     if n_layer is not None:
         options["n_layer"] = n_layer
     config = GPT2Config(**options)
-    model = _seeded(lambda: GPT2LMHeadModel(config))
-    generator = _generator()
+    model = seeded_model(lambda: GPT2LMHeadModel(config))
+    generator = example_generator()
     input_ids = _tokens(config.vocab_size, batch, length, generator)
     attention_mask = torch.ones_like(input_ids)
     return Built(model, (), {"input_ids": input_ids, "attention_mask": attention_mask})
@@ -218,8 +218,8 @@ def _llama(batch: int = 1, length: int = 8) -> Built:
     config = LlamaConfig(vocab_size=1000, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
                          use_cache=False)
-    model = _seeded(lambda: LlamaForCausalLM(config))
-    generator = _generator()
+    model = seeded_model(lambda: LlamaForCausalLM(config))
+    generator = example_generator()
     input_ids = _tokens(config.vocab_size, batch, length, generator)
     return Built(model, (), {"input_ids": input_ids, "attention_mask": torch.ones_like(input_ids)})
 
@@ -231,8 +231,8 @@ def _bert(batch: int = 2, length: int = 8) -> Built:
 
     config = BertConfig(vocab_size=1000, hidden_size=128, num_hidden_layers=2, num_attention_heads=4,
                         intermediate_size=256, max_position_embeddings=128)
-    model = _seeded(lambda: BertModel(config))
-    generator = _generator()
+    model = seeded_model(lambda: BertModel(config))
+    generator = example_generator()
     input_ids = _tokens(config.vocab_size, batch, length, generator)
     token_type_ids = torch.zeros(batch, length, dtype=torch.long)
     token_type_ids[:, length // 2:] = 1  # two segments
@@ -248,8 +248,8 @@ def _vit(batch: int = 2, image_size: int = 32) -> Built:
 
     config = ViTConfig(image_size=image_size, patch_size=8, num_channels=3, hidden_size=128, num_hidden_layers=2,
                        num_attention_heads=4, intermediate_size=256)
-    model = _seeded(lambda: ViTModel(config))
-    pixel_values = torch.randn(batch, 3, image_size, image_size, generator=_generator())
+    model = seeded_model(lambda: ViTModel(config))
+    pixel_values = torch.randn(batch, 3, image_size, image_size, generator=example_generator())
     return Built(model, (pixel_values,))  # positional: the args path for a transformers model
 
 
@@ -306,5 +306,3 @@ DYNAMIC: dict[str, DynamicVariant] = {
     "llama": _text_variant(_GPT2_INPUTS, 256),
     "bert": _text_variant(("input_ids", "attention_mask", "token_type_ids"), 128),
 }
-
-from . import quantized  # noqa: E402,F401  (registers the quantized entries)

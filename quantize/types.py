@@ -1,5 +1,5 @@
 """``!quant.uniform`` types for quantization schemes. Call inside a context from
-``runtime.mlir_context.make_context`` (which loads the quant dialect)."""
+``stablehlo_ir.mlir_context.make_context`` (which loads the quant dialect)."""
 from __future__ import annotations
 
 import torch

@@ -1,1 +1,1 @@
-"""PJRT runtime: compile and execute StableHLO (CPU by default), validate inputs."""
+"""PJRT runtime: the client (CPU by default), the in-memory and on-disk compile cache, input validation."""

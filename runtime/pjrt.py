@@ -14,9 +14,10 @@ import jax
 import numpy as np
 from jax.extend.backend import get_backend
 
+from stablehlo_ir.passes import prepare_for_xla
+from stablehlo_ir.refine import refine_shapes, shapes_key
+
 from .compile_cache import CompileCache
-from .passes import prepare_for_xla
-from .refine import refine_shapes, shapes_key
 
 _COMPILED: dict[tuple[str, str], object] = {}
 _COMPILE_LOCK = threading.Lock()
@@ -50,7 +51,7 @@ class Executable:
     (the fingerprint is the original text's).
 
     A module with symbolic (``?``) dims is compiled once per ``arg_shapes`` (the static shape of every
-    ``@main`` argument for one call): it is refined to those shapes first (``runtime.refine``), and the
+    ``@main`` argument for one call): it is refined to those shapes first (``stablehlo_ir.refine``), and the
     fingerprint is the module's and the shapes' together, so a cache hit refines nothing."""
 
     def __init__(self, mlir_text: str, platform: str = "cpu", arg_shapes: Sequence[Sequence[int]] | None = None):

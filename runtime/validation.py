@@ -5,7 +5,7 @@ from typing import Sequence
 
 import torch
 
-from .specs import TensorSpec
+from stablehlo_ir.specs import TensorSpec
 
 
 class InputError(ValueError):

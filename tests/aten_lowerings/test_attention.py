@@ -5,7 +5,7 @@ import torch.nn.functional as F
 from jaxlib.mlir import ir
 
 from exporter import export_to_stablehlo
-from runtime.mlir_context import make_context
+from stablehlo_ir.mlir_context import make_context
 from tests.support import FunctionModule, assert_matches_eager
 
 FLOAT_DTYPES = [torch.float32, torch.float16, torch.bfloat16]

@@ -11,9 +11,9 @@ from exporter import export_to_stablehlo, load_artifact
 from exporter.errors import DimensionError
 from exporter.signature import Signature, signature_of
 from exporter.symbolic_dims import check_dims, parse_dim, rename_dim
-from runtime.passes import portable_artifact
-from runtime.refine import ShapeRefinementError, refine_shapes
-from runtime.specs import TensorSpec
+from stablehlo_ir.passes import portable_artifact
+from stablehlo_ir.refine import ShapeRefinementError, refine_shapes
+from stablehlo_ir.specs import TensorSpec
 from tests.support import make
 
 

@@ -65,7 +65,7 @@ def _xla_module_text(path) -> str:
     """The module inside the XlaCallModule op, as text."""
     from jaxlib.mlir.dialects import stablehlo
 
-    from runtime.mlir_context import make_context
+    from stablehlo_ir.mlir_context import make_context
 
     graph = tf.saved_model.load(str(path)).signatures["serving_default"].graph.as_graph_def()
     calls = [node for function in graph.library.function for node in function.node_def if node.op == "XlaCallModule"]

@@ -10,8 +10,8 @@ from quantize.fusion import FUSIBLE
 from quantize.schemes import CHOOSE_QPARAMS, DEQUANTIZE, QUANTIZE
 from quantize.types import quant_element_type
 from runtime import pjrt
-from runtime.mlir_context import make_context
-from runtime.passes import prepare_for_xla
+from stablehlo_ir.mlir_context import make_context
+from stablehlo_ir.passes import prepare_for_xla
 
 from .support import quant_op_lines
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from aten_lowerings.registry import lowering_for, op_name
-from exporter.coverage import core_aten_ops, letters, sweep_entry
-from exporter.opinfo_sweep import COUNTED, STATUS, opinfos
+from tools.coverage import core_aten_ops, letters, sweep_entry
+from tools.opinfo_sweep import COUNTED, STATUS, opinfos
 from quantize import quantized_lowerings
 
 REPORT = json.loads((Path(__file__).parents[2] / "docs" / "coverage.json").read_text())

@@ -27,6 +27,8 @@ from functools import lru_cache
 import torch
 import torch.utils._pytree as pytree
 
+from exporter import UnsupportedOpsError, export_to_stablehlo
+
 DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.int32, torch.int64, torch.bool)
 MAX_SAMPLES = 4
 STATUS = {"passed": "P", "failed": "F", "errored": "E", "not_exportable": "X", "random": "R", "eager_error": "G"}
@@ -220,8 +222,6 @@ class _Batch(torch.nn.Module):
 def _run(samples: list[_Sample], dynamic: bool) -> dict | _Failed:
     """Export, convert, run and compare ``samples`` in one module. A failure before comparison is the
     whole batch's: ``_Failed`` for a batch (which is then split), the sample's result for one."""
-    from exporter import UnsupportedOpsError, export_to_stablehlo  # the sweep is a client of the public API
-
     tensors = [t.clone() for sample in samples for t in sample.tensors]
     alone = len(samples) == 1
     try:

@@ -1,7 +1,7 @@
 """The core ATen coverage report: ``docs/coverage.md`` and ``docs/coverage.json``.
 
 One row per core ATen overload (``torch.Tag.core``): whether a lowering is registered, how the OpInfo
-samples that exercise it fared per dtype (``exporter.opinfo_sweep``), whether it passed the sweep with a
+samples that exercise it fared per dtype (``tools.opinfo_sweep``), whether it passed the sweep with a
 dynamic dim 0, and whether it has a quantized form. Then every OpInfo sample that failed or errored, with
 its reason, and every sample not counted (torch.export refused it, it is random, eager raised).
 """

@@ -38,15 +38,6 @@ def main_function(module: ir.Module):
     raise ValueError("the module has no @main function")
 
 
-def argument_shapes(mlir_text: str) -> list[list[int]]:
-    """``@main``'s argument shapes, ``-1`` (``ir.ShapedType.get_dynamic_size()``) where symbolic."""
-    with make_context():
-        module = ir.Module.parse(mlir_text)
-        arguments = main_function(module).regions[0].blocks[0].arguments
-        return [[-1 if ir.ShapedType.is_dynamic_size(d) else d for d in ir.RankedTensorType(a.type).shape]
-                for a in arguments]
-
-
 def shapes_key(shapes: Sequence[Sequence[int]]) -> str:
     """A text naming a list of static shapes, for cache keys: ``2x3,4,`` (a 0-d shape is empty)."""
     return ",".join("x".join(str(int(d)) for d in shape) for shape in shapes)

@@ -12,7 +12,7 @@ import torch
 
 from exporter import load_artifact
 from exporter.bundle import load_manifest
-from exporter.cli import main, parse_dynamic, parse_size
+from tools.cli import main, parse_dynamic, parse_size
 from golden import store
 from tests.exporter.models import tiny_example
 
@@ -38,7 +38,7 @@ def build():
 
 
 def _cli(*args, cwd, module=False):
-    command = [sys.executable, "-m", "exporter"] if module else [CLI]
+    command = [sys.executable, "-m", "tools"] if module else [CLI]
     result = subprocess.run([*command, *map(str, args)], cwd=cwd, capture_output=True, text=True, timeout=300)
     return result
 

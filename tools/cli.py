@@ -1,4 +1,4 @@
-"""``torch-stablehlo`` (also ``python -m exporter``): export, run, verify, inspect, coverage.
+"""``torch-stablehlo`` (also ``python -m tools``): export, run, verify, inspect, coverage.
 
 Every command exits 0 when it succeeds. On failure it prints one line saying why on
 stderr and exits 1 (``--traceback`` prints the traceback too); usage errors exit 2.
@@ -18,13 +18,14 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from .api import export_to_stablehlo
-from .artifact import load_artifact
-from .bundle import DEFAULT_SHARD_BYTES
+from exporter import export_to_stablehlo, load_artifact
+from exporter.bundle import DEFAULT_SHARD_BYTES
+from exporter.inspection import bundle_report, format_report, human_size
+from exporter.npz import run_npz
+from exporter.versions import DEFAULT_TARGET, TARGET_CHOICES
+from golden import store, zoo
+
 from .coverage import write_report
-from .inspection import bundle_report, format_report, human_size
-from .npz import run_npz
-from .versions import DEFAULT_TARGET, TARGET_CHOICES
 
 PROG = "torch-stablehlo"
 _DYNAMIC = re.compile(r"(?P<arg>[A-Za-z_]\w*):(?P<dim>\d+)=(?P<name>[A-Za-z_]\w*)(?:\[(?P<min>\d*),(?P<max>\d*)\])?")
@@ -41,8 +42,6 @@ def parse_dynamic(specs: list[str]) -> dict:
     ``ARG:DIM=NAME[MIN,MAX]`` makes dim ``DIM`` of the forward argument ``ARG`` symbolic; dims
     with the same ``NAME`` are the same symbol. The range is optional and either end may be empty.
     """
-    import torch
-
     ranges: dict[str, tuple] = {}
     placed: list[tuple[str, int, str]] = []
     for spec in specs:
@@ -212,8 +211,6 @@ def _run(options) -> int:
 
 
 def _verify(options) -> int:
-    from golden import store, zoo  # golden sits above exporter; only this command needs it
-
     golden_file = Path(options.golden)
     name, data_dir = ((golden_file.stem, golden_file.parent) if golden_file.suffix == ".safetensors"
                       else (options.golden, store.DATA_DIR))
