@@ -39,8 +39,7 @@ def export_to_stablehlo(model, args=(), kwargs=None, *, dynamic_shapes=None, pla
                         f"got {type(model).__name__}")
     program = decompose_unsupported(prepare_quantized(program))
     signature = signature_of(program)
-    arg_names = [slot.tensor.name for slot in signature.inputs if slot.tensor is not None]
-    module = GraphLowering(lowering_graph(program, quantized_ops)).lower(make_context(), arg_names)
+    module = GraphLowering(lowering_graph(program, quantized_ops), signature).lower(make_context())
     text = module.operation.get_asm(enable_debug_info=True)
     return StableHLOArtifact(text, signature, _weights(program, signature), platform=platform)
 

@@ -1,8 +1,10 @@
 """One walk over the FX graph of an ExportedProgram, emitting a StableHLO ``@main``.
 
-Graph placeholders (parameters, buffers, lifted constants, then user inputs)
-become the arguments of ``@main`` in the same order; non-tensor placeholders
-are folded in as the Python values torch.export specialised them to.
+``@main`` takes and returns what the program's ``Signature`` says (the one owner of that convention): its
+tensor inputs (parameters, buffers, lifted constants, then user inputs) in placeholder order, then
+``rng_seed`` where the program draws random numbers; its results are the program's tensor outputs, then
+the true sizes of their data-dependent dims. Non-tensor placeholders are folded in as the Python values
+torch.export specialised them to.
 """
 from __future__ import annotations
 
@@ -20,13 +22,13 @@ from aten_lowerings.context import LoweringContext
 from aten_lowerings.data_dependent import PaddedDims, is_padded, keeps_padding
 from aten_lowerings.mlir_types import tensor_type
 from aten_lowerings.registry import lowering_for, op_name
-from aten_lowerings.sampling import RNG_SEED_DTYPE, RNG_SEED_NAME, seeded_key, uses_random
+from aten_lowerings.sampling import seeded_key
 from stablehlo_ir.refine import ShapeRefinementError, refine_shapes
 
 from .errors import LoweringError
 from .locations import LocationCache, describe
 from .progress import progress
-from .signature import data_dependent_sizes
+from .signature import InputSlot, Signature
 
 
 def _is_tensor_meta(meta) -> bool:
@@ -39,35 +41,34 @@ def _is_size_meta(meta) -> bool:
 class GraphLowering:
     """Lowers the graph of one ExportedProgram into a fresh ``ir.Module``."""
 
-    def __init__(self, graph_module: torch.fx.GraphModule):
+    def __init__(self, graph_module: torch.fx.GraphModule, signature: Signature):
         self.graph_module = graph_module
+        self.signature = signature
         self.dims = PaddedDims()  # input dims, and data-dependent sizes (see aten_lowerings.data_dependent)
         self.locations = LocationCache()
         self._seed: ir.Value | None = None  # @main's last argument where the graph draws random numbers
         self._keys = itertools.count()
 
-    def lower(self, context: ir.Context, arg_names: Sequence[str] | None = None,
-              function_name: str = "main") -> ir.Module:
-        """Build the module; ``arg_names`` (one per tensor placeholder) become the arguments' locations."""
+    def lower(self, context: ir.Context, function_name: str = "main") -> ir.Module:
+        """Build the module: ``@main``'s arguments are the signature's tensor inputs, each located by its name."""
         placeholders = [n for n in self.graph_module.graph.nodes if n.op == "placeholder"]
-        tensor_inputs = [n for n in placeholders if _is_tensor_meta(n.meta.get("val"))]
+        node_of = dict(zip(self.signature.inputs, placeholders))  # every slot but rng_seed is a placeholder
+        slots = self.signature.main_inputs
         with context, ir.Location.unknown():
             module = ir.Module.create()
             with ir.InsertionPoint(module.body):
-                arg_types = [tensor_type(n.meta["val"].shape, n.meta["val"].dtype) for n in tensor_inputs]
-                names = list(arg_names or [n.name for n in tensor_inputs])
-                random = uses_random(self.graph_module)
-                if random:  # after the user inputs, like the signature's rng_seed slot
-                    arg_types.append(tensor_type([], RNG_SEED_DTYPE))
-                    names = names[:len(tensor_inputs)] + [RNG_SEED_NAME]
+                arg_types = [_argument_type(slot, node_of.get(slot)) for slot in slots]
                 function = func.FuncOp(function_name, (arg_types, []))
                 function.attributes["sym_visibility"] = ir.StringAttr.get("public")
-                block = function.add_entry_block(arg_locs=[ir.Location.name(name) for name in names])
-                self._seed = block.arguments[-1] if random else None
-            for node, argument in zip(tensor_inputs, block.arguments):
-                self.dims.bind_input(argument, node.meta["val"].shape)
+                block = function.add_entry_block(arg_locs=[ir.Location.name(slot.tensor.name) for slot in slots])
+            argument_of = {}
+            for slot, argument in zip(slots, block.arguments):
+                if slot.kind == "rng_seed":
+                    self._seed = argument
+                else:
+                    argument_of[node_of[slot]] = argument
+                    self.dims.bind_input(argument, node_of[slot].meta["val"].shape)
             with ir.InsertionPoint(block):
-                argument_of = dict(zip(tensor_inputs, block.arguments))
                 inputs = [argument_of[n] if n in argument_of else n.meta.get("val") for n in placeholders]
                 output = next(n for n in self.graph_module.graph.nodes if n.op == "output")
                 results = [r for r, a in zip(self.lower_graph(self.graph_module, inputs), output.args[0])
@@ -85,11 +86,11 @@ class GraphLowering:
         return module
 
     def _output_sizes(self, output: torch.fx.Node) -> list:
-        """The true sizes of the outputs' data-dependent dims (``signature.data_dependent_sizes``' order)."""
+        """The true sizes of the outputs' data-dependent dims, in the signature's order (``Signature.sizes``)."""
         metas = [a.meta.get("val") for a in output.args[0] if isinstance(a, torch.fx.Node)]
         symbols = {str(s): s for s in self.dims.bound}
         sizes = []
-        for name in data_dependent_sizes(metas):
+        for name in self.signature.sizes:
             if name not in symbols:
                 raise LoweringError(f"an output has the data-dependent size {name}, which is not the size of a "
                                     "data-dependent op's result (nonzero, unique, ...): only those can be returned")
@@ -160,6 +161,13 @@ class GraphLowering:
 
     def _rng_key(self) -> ir.Value:
         return seeded_key(self._seed, next(self._keys))
+
+
+def _argument_type(slot: InputSlot, node: torch.fx.Node | None) -> ir.RankedTensorType:
+    """A placeholder's type from its meta (symbolic dims as ``?``); ``rng_seed``'s from its spec."""
+    if node is None:
+        return tensor_type(slot.tensor.shape, slot.tensor.torch_dtype)
+    return tensor_type(node.meta["val"].shape, node.meta["val"].dtype)
 
 
 def _size_named(metas, name: str) -> torch.SymInt:

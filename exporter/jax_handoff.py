@@ -48,7 +48,7 @@ def to_jax(artifact, target_version: str = DEFAULT_TARGET) -> JaxModel:
         raise NotImplementedError(f"to_jax: the program updates buffers in place ({', '.join(mutated)}), "
                                   "which a JAX function cannot do; export a forward without in-place updates")
     scope = jax_export.SymbolicScope(_dim_constraints(signature.dims))
-    in_avals = tuple(_aval(slot.tensor, scope) for slot in signature.inputs if slot.tensor is not None)
+    in_avals = tuple(_aval(slot.tensor, scope) for slot in signature.main_inputs)
     out_avals = tuple(_aval(slot.tensor, scope) for slot in signature.main_outputs)
     exported = jax_export.Exported(  # its fields as of jax 0.10 (the ones named _... too)
         fun_name="main",

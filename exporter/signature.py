@@ -93,6 +93,11 @@ class Signature:
         return [s for s in self.inputs if s.kind == "user_input"]
 
     @property
+    def main_inputs(self) -> list[InputSlot]:
+        """``@main``'s arguments, in order: the tensor inputs (weights, then user inputs), then ``rng_seed``."""
+        return [s for s in self.inputs if s.tensor is not None]
+
+    @property
     def takes_rng_seed(self) -> bool:
         """Whether ``@main`` ends with the ``rng_seed`` argument (the program draws random numbers)."""
         return any(s.kind == "rng_seed" for s in self.inputs)
