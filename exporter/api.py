@@ -27,6 +27,16 @@ def export_to_stablehlo(model, args=(), kwargs=None, *, dynamic_shapes=None, pla
     is ``"fused"`` (products on quantized operands, the form serving compilers take) or ``"unfused"``
     (every dequantize and quantize kept).
     """
+    program = convertible_program(model, args, kwargs, dynamic_shapes)
+    signature = signature_of(program)
+    module = GraphLowering(lowering_graph(program, quantized_ops), signature).lower(make_context())
+    text = module.operation.get_asm(enable_debug_info=True)
+    return StableHLOArtifact(text, signature, program_weights(program, signature), platform=platform)
+
+
+def convertible_program(model, args=(), kwargs=None, dynamic_shapes=None) -> ExportedProgram:
+    """``model`` as the ExportedProgram the graph walk lowers: exported here if it is an ``nn.Module``, its
+    quantization prepared, in-place ops functionalised and ops without a lowering decomposed."""
     if isinstance(model, ExportedProgram):
         program = model
     elif isinstance(model, torch.nn.Module):
@@ -37,11 +47,7 @@ def export_to_stablehlo(model, args=(), kwargs=None, *, dynamic_shapes=None, pla
     else:
         raise TypeError(f"export_to_stablehlo takes a torch.nn.Module or a torch.export.ExportedProgram, "
                         f"got {type(model).__name__}")
-    program = decompose_unsupported(prepare_quantized(program))
-    signature = signature_of(program)
-    module = GraphLowering(lowering_graph(program, quantized_ops), signature).lower(make_context())
-    text = module.operation.get_asm(enable_debug_info=True)
-    return StableHLOArtifact(text, signature, _weights(program, signature), platform=platform)
+    return decompose_unsupported(prepare_quantized(program))
 
 
 def decompose_unsupported(program: ExportedProgram) -> ExportedProgram:
@@ -89,7 +95,7 @@ def _mutates(graph_module: torch.fx.GraphModule) -> bool:
                for n in graph_module.graph.nodes if n.op == "call_function")
 
 
-def _weights(program: ExportedProgram, signature) -> dict[str, torch.Tensor]:
+def program_weights(program: ExportedProgram, signature) -> dict[str, torch.Tensor]:
     """The program's own tensors (never copies); tied weights stay one object, so meta weights of a
     weightless export keep their ties too."""
     weights, plain = {}, {}

@@ -42,13 +42,7 @@ class StableHLOArtifact:
     def run_flat(self, tensors: list[torch.Tensor]) -> list:
         """Run on the tensor inputs in ``@main`` order; returns the user outputs, flat (tensors, and Python
         scalars and constants where the model returns them). Inputs the model mutates are updated in place."""
-        validate_inputs([slot.tensor for slot in self.signature.user_inputs if slot.tensor is not None], tensors)
-        self.signature.check_dims(tensors)  # symbolic dims: in range, and equal where they must be
-        device_inputs = self._weights_on_device() + pjrt.put([to_numpy(t) for t in tensors + self._seeds()],
-                                                             self.platform)
-        executable = self._compiled(device_inputs)
-        outputs = self.signature.output_values([to_torch(array) for array in executable.execute(device_inputs)])
-        results = iter(outputs)
+        results = iter(self.signature.output_values(self.main_results(tensors)))
         inputs = {slot.name: tensor for slot, tensor in
                   zip([s for s in self.signature.user_inputs if s.tensor is not None], tensors)}
         user_outputs, updates = [], []
@@ -65,6 +59,15 @@ class StableHLOArtifact:
             for tensor, value in updates:  # the caller's tensor, updated in place as eager's forward does
                 tensor.copy_(value)
         return user_outputs
+
+    def main_results(self, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+        """Every result of ``@main`` for the tensor inputs in ``@main`` order (weights and ``rng_seed`` added
+        here), as torch tensors: nothing sliced, cast back or matched to the signature's outputs."""
+        validate_inputs([slot.tensor for slot in self.signature.user_inputs if slot.tensor is not None], tensors)
+        self.signature.check_dims(tensors)  # symbolic dims: in range, and equal where they must be
+        device_inputs = self._weights_on_device() + pjrt.put([to_numpy(t) for t in tensors + self._seeds()],
+                                                             self.platform)
+        return [to_torch(array) for array in self._compiled(device_inputs).execute(device_inputs)]
 
     def manual_seed(self, seed: int) -> "StableHLOArtifact":
         """Seed the random ops: the next call draws from ``seed``, each call after it from the next seed,

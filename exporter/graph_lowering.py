@@ -41,9 +41,12 @@ def _is_size_meta(meta) -> bool:
 class GraphLowering:
     """Lowers the graph of one ExportedProgram into a fresh ``ir.Module``."""
 
-    def __init__(self, graph_module: torch.fx.GraphModule, signature: Signature):
+    def __init__(self, graph_module: torch.fx.GraphModule, signature: Signature,
+                 exposed: Sequence[torch.fx.Node] = ()):
         self.graph_module = graph_module
         self.signature = signature
+        self.exposed = list(exposed)  # top-graph nodes whose values @main also returns, after everything else
+        self._values: dict[torch.fx.Node, object] = {}  # the top graph's lowered values
         self.dims = PaddedDims()  # input dims, and data-dependent sizes (see aten_lowerings.data_dependent)
         self.locations = LocationCache()
         self._seed: ir.Value | None = None  # @main's last argument where the graph draws random numbers
@@ -74,6 +77,7 @@ class GraphLowering:
                 results = [r for r, a in zip(self.lower_graph(self.graph_module, inputs), output.args[0])
                            if isinstance(a, torch.fx.Node)]  # constant outputs live in the signature
                 results += self._output_sizes(output)
+                results += [self._values[node] for node in self.exposed]
                 func.ReturnOp(results)
             function.attributes["function_type"] = ir.TypeAttr.get(
                 ir.FunctionType.get(arg_types, [r.type for r in results]))
@@ -104,6 +108,7 @@ class GraphLowering:
         nodes = graph_module.graph.nodes
         if graph_module is self.graph_module:  # the top graph: a progress bar if it runs long on a terminal
             nodes = progress(nodes, desc="lowering", unit="node", total=len(nodes))
+            self._values = env
         for node in nodes:
             if node.op == "placeholder":
                 env[node] = next(placeholders)

@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from exporter import export_to_stablehlo, load_artifact
+from exporter import export_to_stablehlo, find_divergence, load_artifact
 from exporter.bundle import DEFAULT_SHARD_BYTES
 from exporter.inspection import bundle_report, format_report, human_size
 from exporter.npz import run_npz
@@ -122,6 +122,11 @@ def build_parser() -> argparse.ArgumentParser:
                              "manifest, else 1e-4)")
     verify.add_argument("--abs-tolerance", type=float,
                         help="max |error| allowed instead (default: the golden's, for quantized models)")
+    verify.add_argument("--bisect", action="store_true",
+                        help="also find the first op whose result disagrees with eager torch (the golden must be a "
+                             "zoo model, which is rebuilt for it)")
+    verify.add_argument("--bisect-report", type=Path, metavar="FILE.json",
+                        help="write the bisect's finding as JSON here (for explore --divergence)")
     verify.set_defaults(run=_verify)
 
     inspect = commands.add_parser("inspect", parents=[common], help="show a bundle's signature, ops, versions, weights",
@@ -231,9 +236,25 @@ def _verify(options) -> int:
     print(f"{'PASS' if comparison.ok else 'FAIL'}: {options.bundle} vs golden {name}: max abs error "
           f"{comparison.max_abs:.3e}, max rel error {comparison.max_rel:.3e} ({bound})"
           + "".join(f"; {problem}" for problem in comparison.problems))
+    if options.bisect or options.bisect_report:
+        _bisect(name, options.bisect_report)
     if not comparison.ok:
         print(f"{PROG} verify: outputs differ from golden {name}", file=sys.stderr)
     return 0 if comparison.ok else 1
+
+
+def _bisect(name: str, report_path: Path | None) -> None:
+    """Print (and write as JSON) the first op of zoo model ``name`` that disagrees with eager torch."""
+    if name not in zoo.ZOO:
+        raise ValueError(f"--bisect rebuilds the model, so --golden must name a zoo model "
+                         f"({', '.join(zoo.ZOO)}), not {name!r}")
+    built = zoo.ZOO[name].build()
+    with _progress(1) as step, step("bisecting against eager torch"):
+        divergence = find_divergence(built.model, built.args, built.kwargs)
+    print(f"bisect: {divergence}" if divergence else "bisect: every op agrees with eager torch")
+    if report_path:
+        report_path.write_text(json.dumps(divergence.to_json() if divergence else None, indent=1))
+        print(f"wrote {report_path}")
 
 
 def _inspect(options) -> int:

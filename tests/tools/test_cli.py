@@ -10,10 +10,11 @@ import numpy as np
 import pytest
 import torch
 
-from exporter import load_artifact
+from aten_lowerings.registry import LOWERINGS, lowering_for
+from exporter import export_to_stablehlo, load_artifact
 from exporter.bundle import load_manifest
 from tools.cli import main, parse_dynamic, parse_size
-from golden import store
+from golden import store, zoo
 from tests.exporter.models import tiny_example
 
 CLI = Path(sys.executable).with_name("torch-stablehlo")
@@ -96,6 +97,22 @@ def test_verify_fails_when_outputs_differ(exported, capsys):
     assert main(["verify", str(folder / "bundle"), "--golden", str(folder / "golden" / "wrong.safetensors")]) == 1
     captured = capsys.readouterr()
     assert captured.out.startswith("FAIL: ") and "outputs differ from golden wrong" in captured.err
+
+
+def test_verify_bisect_names_the_op_that_disagrees(tmp_path, capsys, monkeypatch):
+    """A zoo model's bundle verified with --bisect: the planted wrong gelu is named, with its node and line."""
+    built = zoo.ZOO["mlp"].build()
+    export_to_stablehlo(built.model, built.args).save(tmp_path / "mlp")
+    assert main(["verify", str(tmp_path / "mlp"), "--golden", "mlp", "--bisect"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == "bisect: every op agrees with eager torch"
+    gelu = torch.ops.aten.gelu.default
+    monkeypatch.setitem(LOWERINGS, gelu if gelu in LOWERINGS else gelu.overloadpacket,
+                        lowering_for(torch.ops.aten.relu.default))
+    report = tmp_path / "divergence.json"
+    assert main(["verify", str(tmp_path / "mlp"), "--golden", "mlp", "--bisect-report", str(report)]) == 0
+    out = capsys.readouterr().out
+    assert "bisect: aten.gelu.default (node gelu in module 'act1'" in out
+    assert json.loads(report.read_text())["op"] == "aten.gelu.default"
 
 
 def test_inspect_reports_signature_ops_versions_and_weights(exported):
