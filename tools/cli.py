@@ -1,4 +1,4 @@
-"""``torch-stablehlo`` (also ``python -m tools``): export, run, verify, inspect, coverage.
+"""``torch-stablehlo`` (also ``python -m tools``): export, run, verify, inspect, coverage, explore.
 
 Every command exits 0 when it succeeds. On failure it prints one line saying why on
 stderr and exits 1 (``--traceback`` prints the traceback too); usage errors exit 2.
@@ -146,6 +146,18 @@ def build_parser() -> argparse.ArgumentParser:
     coverage.add_argument("--ops", help="comma-separated OpInfo entries to sweep (default: all of op_db)")
     coverage.add_argument("--jobs", type=int, help="worker processes (default: one per CPU)")
     coverage.set_defaults(run=_coverage)
+
+    explore = commands.add_parser("explore", parents=[common], help="draw a bundle's module in Model Explorer",
+                                  description="Open the bundle's module in Model Explorer (a local server on "
+                                              "127.0.0.1) with per-op source lines and, from a bisect report, "
+                                              "the error of the op that disagrees with eager torch.")
+    explore.add_argument("bundle", type=Path)
+    explore.add_argument("--divergence", type=Path, metavar="REPORT.json",
+                         help="a bisect report (verify --bisect-report) to overlay")
+    explore.add_argument("--out", type=Path, metavar="FILE.json",
+                         help="write the overlays as Model Explorer node data here instead of starting a server")
+    explore.add_argument("--port", type=int, default=8080, help="the server's port (default: 8080)")
+    explore.set_defaults(run=_explore)
     return parser
 
 
@@ -260,6 +272,23 @@ def _bisect(name: str, report_path: Path | None) -> None:
 def _inspect(options) -> int:
     report = bundle_report(options.bundle, top=options.top)
     print(json.dumps(report, indent=1) if options.json else format_report(report))
+    return 0
+
+
+def _explore(options) -> int:
+    try:  # an optional dependency (the 'explore' extra), imported by the one command that draws
+        from . import explore
+    except ImportError as error:
+        raise ImportError(f"explore needs Model Explorer: pip install 'torch-stablehlo-exporter[explore]' "
+                          f"({error})") from error
+    text = explore.module_path(options.bundle).read_text()
+    divergence = json.loads(options.divergence.read_text()) if options.divergence else None
+    shown = explore.overlays(text, divergence)
+    if options.out:
+        for path in explore.write_overlays(shown, options.out):
+            print(f"wrote {path}")
+        return 0
+    explore.serve(options.bundle, shown, options.port)
     return 0
 
 

@@ -18,7 +18,7 @@ from golden import store, zoo
 from tests.exporter.models import tiny_example
 
 CLI = Path(sys.executable).with_name("torch-stablehlo")
-COMMANDS = ("export", "run", "verify", "inspect", "coverage")
+COMMANDS = ("export", "run", "verify", "inspect", "coverage", "explore")
 FACTORY = '''
 import torch
 
