@@ -14,6 +14,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from runtime.logs import quiet_third_party_logs
+
 from . import store, zoo
 from .verify import render, verify_one
 
@@ -29,7 +31,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, help="save the artifact to this folder, kept (default: a temporary one); "
                                                  "an existing folder is replaced only if it holds an artifact")
     parser.add_argument("--traceback", action="store_true", help="print the traceback of an error")
+    parser.add_argument("--verbose", action="store_true", help="let third-party libraries log (PJRT, torchao, ...)")
     options = parser.parse_args(argv)
+    if not options.verbose:
+        quiet_third_party_logs()
 
     entry = zoo.get(DEMO_MODEL)
     golden = store.load_golden(DEMO_MODEL)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
+import inspect
 import json
 import os
 import re
@@ -24,6 +25,7 @@ from exporter.inspection import bundle_report, format_report, human_size
 from exporter.npz import run_npz
 from exporter.versions import DEFAULT_TARGET, TARGET_CHOICES
 from golden import store, zoo
+from runtime.logs import quiet_third_party_logs
 
 from .coverage import write_report
 
@@ -63,6 +65,17 @@ def parse_dynamic(specs: list[str]) -> dict:
     return shapes
 
 
+def every_argument(model: torch.nn.Module, args: tuple, kwargs: dict, dynamic_shapes: dict) -> dict:
+    """``dynamic_shapes`` (from ``--dynamic``) naming every argument ``forward`` is called with, as torch.export
+    wants: the ones not named get ``None`` (static)."""
+    arguments = inspect.signature(model.forward).bind(*args, **kwargs).arguments
+    unknown = sorted(set(dynamic_shapes) - set(arguments))
+    if unknown:
+        raise ValueError(f"--dynamic names {', '.join(map(repr, unknown))}, which forward is not called with "
+                         f"(its arguments: {', '.join(arguments)})")
+    return {name: dynamic_shapes.get(name) for name in arguments}
+
+
 def parse_size(text: str) -> int:
     """``2GB``, ``500MB``, ``1.5GiB`` or a number of bytes."""
     match = _SIZE.fullmatch(text.strip())
@@ -77,6 +90,7 @@ def parse_size(text: str) -> int:
 def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--traceback", action="store_true", help="print the traceback of an error")
+    common.add_argument("--verbose", action="store_true", help="let third-party libraries log (PJRT, torchao, ...)")
     parser = argparse.ArgumentParser(prog=PROG, description="Convert torch models to StableHLO bundles and TF "
                                      "SavedModels; run, verify and inspect bundles.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -173,6 +187,8 @@ def _export(options) -> int:
             model, args, kwargs = _load_source(options.source, dynamic=dynamic_shapes is not None)
         with step("exporting and converting to StableHLO"):
             if not isinstance(model, torch.export.ExportedProgram):
+                if dynamic_shapes:
+                    dynamic_shapes = every_argument(model, args, kwargs, dynamic_shapes)
                 model = torch.export.export(model, args, kwargs, dynamic_shapes=dynamic_shapes)
             artifact = export_to_stablehlo(model)
         written = []
@@ -331,7 +347,8 @@ def _one_line(error: BaseException) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     options = build_parser().parse_args(argv)
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # tensorflow's C++ start-up logging, if it is imported
+    if not options.verbose:
+        quiet_third_party_logs()
     try:
         return options.run(options)
     except Exception as error:  # noqa: BLE001  (every failure becomes one line and exit status 1)

@@ -70,6 +70,30 @@ def test_export_writes_a_sharded_bundle_and_a_saved_model(exported):
     torch.testing.assert_close(load_artifact(folder / "bundle")(*args, **kwargs), expected)
 
 
+def test_export_prints_no_third_party_logs(exported):
+    """The export above ran in a fresh process: its output is ours alone (no PJRT, torchao or pytree lines)."""
+    folder, stdout, *_ = exported
+    result = _cli("export", "cli_factory:build", "--bundle", "again", cwd=folder)
+    assert result.returncode == 0 and result.stderr == "", result.stderr[-3000:]
+    assert result.stdout.startswith("inputs:\n")
+
+
+def test_dynamic_dims_of_a_factory_that_also_passes_kwargs(exported):
+    """--dynamic names x only; the CLI fills in bias (static) for torch.export."""
+    folder, _, args, kwargs, _ = exported
+    result = _cli("export", "cli_factory:build", "--bundle", "dynamic", "--dynamic", "x:0=batch[1,64]", cwd=folder)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "batch in [1, 64]" in result.stdout
+    sys.path.insert(0, str(folder))
+    try:
+        model = importlib.import_module("cli_factory").build()[0]
+    finally:
+        sys.path.remove(str(folder))
+    x = torch.randn(5, 8)
+    got = load_artifact(folder / "dynamic")(x, **kwargs)
+    torch.testing.assert_close(got, model(x, **kwargs))
+
+
 def test_run_reads_and_writes_npz(exported):
     folder, _, args, kwargs, expected = exported
     np.savez(folder / "inputs.npz", x=args[0].numpy(), bias=kwargs["bias"].numpy())

@@ -1,0 +1,19 @@
+"""Third-party start-up logging kept off the user's terminal: PJRT's C++ device-count lines, torchao's
+optional-kernel load failures and torch's pytree deprecation notes (printed when transformers imports
+torchao). Command-line entry points call ``quiet_third_party_logs`` unless asked to be verbose."""
+from __future__ import annotations
+
+import logging
+import os
+
+from jaxlib import utils as jaxlib_utils
+
+NOISY_LOGGERS = ("torchao", "torch.utils._pytree")
+
+
+def quiet_third_party_logs() -> None:
+    """Only errors from the libraries above; a ``TF_CPP_MIN_LOG_LEVEL`` the user set is kept."""
+    level = os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # C++ logging: tensorflow reads it when imported,
+    jaxlib_utils.absl_set_min_log_level(int(level))            # jaxlib when loaded, so it is set there too
+    for name in NOISY_LOGGERS:
+        logging.getLogger(name).setLevel(logging.ERROR)
