@@ -1,5 +1,9 @@
 """The bundle format: sharded weights, target versions, manifest, checks on load, atomic save."""
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import safetensors.torch
@@ -190,6 +194,44 @@ def test_an_interrupted_save_keeps_the_previous_bundle(tower, saved, monkeypatch
     monkeypatch.undo()
     assert load_manifest(tower[2].save(saved, target_version="current"))["stablehlo_version"] == \
         stablehlo.get_current_version(), "a later save replaces it"
+
+
+def test_a_save_into_an_empty_folder_and_not_into_another_folder(tower, tmp_path):
+    (tmp_path / "empty").mkdir()
+    assert load_manifest(tower[2].save(tmp_path / "empty"))  # as tempfile.TemporaryDirectory() callers do
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "notes.txt").write_text("mine")
+    with pytest.raises(FileExistsError, match="is not an artifact folder nor an empty folder"):
+        tower[2].save(tmp_path / "other")
+    assert (tmp_path / "other" / "notes.txt").read_text() == "mine"
+
+
+STAGING_WRITER = """
+import sys, time
+from exporter.folders import staged_folder
+with staged_folder(sys.argv[1], "manifest.json", "an artifact folder") as staging:
+    (staging / "weights.safetensors").write_bytes(bytes(1 << 20))
+    print(staging, flush=True)
+    time.sleep(120)
+"""
+
+
+def test_a_killed_save_leaves_staging_that_the_next_save_removes_unless_it_is_live(tower, saved):
+    """A save killed midway (SIGKILL) leaves its hidden staging folder; a save while it is still writing leaves
+    it alone, and the first save after it died removes it. The previous bundle is intact throughout."""
+    writer = subprocess.Popen([sys.executable, "-c", STAGING_WRITER, str(saved)], stdout=subprocess.PIPE, text=True,
+                              env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])})
+    try:
+        staging = Path(writer.stdout.readline().strip())
+        assert staging.is_dir() and staging.name.startswith(f".{saved.name}.")
+        tower[2].save(saved)  # the writer is alive: its folder stays
+        assert staging.is_dir()
+    finally:
+        writer.kill()
+        writer.wait(timeout=60)
+    assert staging.is_dir() and load_manifest(saved)
+    tower[2].save(saved)
+    assert not staging.exists() and sorted(p.name for p in saved.parent.iterdir()) == [saved.name]
 
 
 # -- large models: nothing is held twice ------------------------------------------------------------

@@ -24,6 +24,18 @@ def served(tmp_path_factory):
     return path, {"tokens": tokens.numpy(), "scale": scale.numpy()}, expected
 
 
+def test_a_saved_model_into_an_existing_empty_folder(tmp_path):
+    model, tokens, scale = served_example()
+    artifact = export_to_stablehlo(model, (tokens,), {"scale": scale})
+    (tmp_path / "empty").mkdir()
+    path = artifact.save_tf_saved_model(tmp_path / "empty")
+    assert (path / "saved_model.pb").is_file()
+    (tmp_path / "taken").mkdir()
+    (tmp_path / "taken" / "data.csv").write_text("1,2")
+    with pytest.raises(FileExistsError, match="is not a SavedModel folder nor an empty folder"):
+        artifact.save_tf_saved_model(tmp_path / "taken")
+
+
 def test_tf_serving_signature_equals_the_pjrt_run(served):
     path, inputs, expected = served
     signature = tf.saved_model.load(str(path)).signatures["serving_default"]
