@@ -1,4 +1,4 @@
-"""A bundle run on ``.npz`` files: tensor inputs by signature name in, ``output_0``, ... out."""
+"""A bundle run on ``.npz`` files: tensor inputs by signature name in, outputs by signature name out."""
 from __future__ import annotations
 
 import os

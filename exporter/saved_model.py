@@ -3,7 +3,7 @@
 Weights are ``tf.Variable``s (stored in the SavedModel's variables checkpoint, so
 models over 2 GB work), passed as the module's leading arguments. The serving
 signature takes the model's tensor inputs by name (symbolic dims are ``None``)
-and returns ``{"output_0": ..., ...}``; buffers the model updates in place are
+and returns the outputs by signature name (``logits``, ``pair.0``, ``output_0``, ...); buffers the model updates in place are
 assigned back to their variables.
 """
 from __future__ import annotations

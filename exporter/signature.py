@@ -220,9 +220,10 @@ def signature_of(ep: torch.export.ExportedProgram) -> Signature:
     output_node = next(n for n in ep.graph.nodes if n.op == "output")
     outputs = []
     user_outputs = 0
+    user_output_names = output_names(call_signature.out_spec)
     for spec, node in zip(ep.graph_signature.output_specs, output_node.args[0]):
         kind = _OUTPUT_KINDS.get(spec.kind)
-        name = f"output_{user_outputs}" if kind == "user_output" else spec.target
+        name = user_output_names[user_outputs] if kind == "user_output" else spec.target
         if kind == "user_output" and not isinstance(node, torch.fx.Node):  # a constant forward returns
             outputs.append(OutputSlot(kind, None, None, value=_plain(node)))
             user_outputs += 1
@@ -248,6 +249,23 @@ def signature_of(ep: torch.export.ExportedProgram) -> Signature:
                                                if isinstance(n, torch.fx.Node)))
     signature._trees.update(in_spec=in_spec, out_spec=out_spec)  # in this process: the exact types
     return signature
+
+
+def output_names(out_spec: pytree.TreeSpec) -> list[str]:
+    """A name for each output leaf of the model: its dict keys, ``ModelOutput`` fields and positions joined by
+    dots (``logits``, ``pair.0``, namedtuple fields by name); a position in a returned tuple, or a lone tensor,
+    is ``output_N``."""
+    numbered = pytree.tree_unflatten(list(range(out_spec.num_leaves)), out_spec)
+    return [_output_name(path) for path, _ in pytree.tree_flatten_with_path(numbered)[0]]
+
+
+def _output_name(path) -> str:
+    if not path:
+        return "output_0"
+    parts = [str(getattr(key, "key", getattr(key, "idx", getattr(key, "name", key)))) for key in path]
+    if isinstance(path[0], pytree.SequenceKey):
+        parts[0] = f"output_{parts[0]}"
+    return ".".join(parts)
 
 
 def data_dependent_sizes(metas) -> list[str]:

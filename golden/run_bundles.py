@@ -5,7 +5,7 @@
 
 Each FOLDER holds ``bundle/`` and ``inputs.npz`` (one array per tensor input, named as in
 the bundle's signature); this loads the bundle, runs it and writes ``bundle_outputs.npz``
-(``output_0``, ...), or ``bundle_error.txt`` if that fails. One process for all the bundles
+(by signature name), or ``bundle_error.txt`` if that fails. One process for all the bundles
 pays Python's, torch's and jax's start-up once; reading folders from stdin lets it start
 before the first bundle is written.
 """

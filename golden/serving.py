@@ -81,6 +81,11 @@ class _Prepared:
     inputs: dict[str, np.ndarray]     # tensor inputs by signature name
 
     @property
+    def output_names(self) -> list[str]:
+        """The tensor outputs' signature names, in order: how every serving path names them."""
+        return [slot.tensor.name for slot in self.artifact.signature.user_outputs if slot.tensor is not None]
+
+    @property
     def saved_model(self) -> Path:
         return self.folder / "saved_model"
 
@@ -90,14 +95,17 @@ def check_serving(names: list[str], root: Path) -> list[ServingResult]:
     results = {name: ServingResult(name) for name in names}
     outputs: dict[str, dict[str, list]] = {}
     comparing: dict[str, tuple] = {}
+    output_names: dict[str, list[str]] = {}
     bundles = _Job("bundle", _start(root / "bundles.log", sys.executable, "-m", "golden.run_bundles",
                                     stdin=subprocess.PIPE),
-                   root / "bundles.log", lambda model: _bundle_outputs(root / model), list(names))
+                   root / "bundles.log", lambda model: _bundle_outputs(root / model, output_names[model]),
+                   list(names))
     cli: _Job | None = None   # the saved_model_cli running: one at a time
     try:
         for name in names:
             model = _prepare(name, root / name)
             comparing[name] = (model.golden.outputs, *model.comparing)
+            output_names[name] = model.output_names
             bundles.process.stdin.write(f"{model.folder}\n")
             bundles.process.stdin.flush()
             if cli is not None:
@@ -106,9 +114,10 @@ def check_serving(names: list[str], root: Path) -> list[ServingResult]:
                 model.folder / "saved_model_cli.log", SAVED_MODEL_CLI, "run", "--dir", model.saved_model,
                 "--tag_set", "serve", "--signature_def", "serving_default", "--outdir", model.folder / "cli",
                 "--inputs", ";".join(f"{n}={model.folder / n}.npy" for n in model.inputs)),
-                model.folder / "saved_model_cli.log", lambda done: _npy_outputs(root / done / "cli"), [name])
+                model.folder / "saved_model_cli.log",
+                lambda done: _npy_outputs(root / done / "cli", output_names[done]), [name])
             outputs[name] = {"pjrt": model.artifact.run_flat([torch.from_numpy(v) for v in model.inputs.values()]),
-                             "tf": _tf_outputs(model.saved_model, model.inputs),
+                             "tf": _tf_outputs(model.saved_model, model.inputs, model.output_names),
                              "jax": _jax_outputs(model.artifact, model.golden)}
         bundles.process.stdin.close()
         for job in (cli, bundles):
@@ -160,26 +169,26 @@ def _finish(job: _Job, outputs: dict, results: dict) -> None:
                                            f"{job.log.read_text().strip()[-1500:]}")
 
 
-def _npy_outputs(folder: Path) -> list[np.ndarray]:
-    count = len(list(folder.glob("output_*.npy")))
-    if not count:
-        raise FileNotFoundError(f"no outputs in {folder}")
-    return [np.load(folder / f"output_{i}.npy") for i in range(count)]
+def _npy_outputs(folder: Path, names: list[str]) -> list[np.ndarray]:
+    missing = [name for name in names if not (folder / f"{name}.npy").is_file()]
+    if missing:
+        raise FileNotFoundError(f"no outputs {missing} in {folder}")
+    return [np.load(folder / f"{name}.npy") for name in names]
 
 
-def _bundle_outputs(folder: Path) -> list[np.ndarray]:
+def _bundle_outputs(folder: Path, names: list[str]) -> list[np.ndarray]:
     if (folder / ERROR).is_file():
         raise RuntimeError(f"the bundle failed:\n{(folder / ERROR).read_text()[-1500:]}")
     with np.load(folder / OUTPUTS) as stored:
-        return [stored[f"output_{i}"] for i in range(len(stored.files))]
+        return [stored[name] for name in names]
 
 
-def _tf_outputs(saved_model: Path, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
+def _tf_outputs(saved_model: Path, inputs: dict[str, np.ndarray], names: list[str]) -> list[np.ndarray]:
     import tensorflow as tf  # seconds to import: only here
 
     signature = tf.saved_model.load(str(saved_model)).signatures["serving_default"]
     outputs = signature(**{name: tf.constant(value) for name, value in inputs.items()})
-    return [outputs[f"output_{i}"].numpy() for i in range(len(outputs))]
+    return [outputs[name].numpy() for name in names]
 
 
 def _jax_outputs(artifact, golden: store.Golden) -> list[np.ndarray]:

@@ -1,5 +1,6 @@
 """The public API: pytrees and kwargs both ways, weights as arguments, locations, save/load."""
 import collections
+import json
 import inspect
 import re
 import subprocess
@@ -202,3 +203,27 @@ def test_item_and_constant_outputs_are_python_values(tmp_path):
         assert [type(v) for v in actual[1:]] == [float, int, bool, int]
         torch.testing.assert_close(actual[0], expected[0])
         assert actual[1] == pytest.approx(expected[1], rel=1e-6) and actual[2:] == expected[2:]
+
+
+class NamedOutputs(torch.nn.Module):
+    def forward(self, x):
+        return {"logits": x * 2, "pair": (x.sum(), x.amax())}
+
+
+def test_outputs_are_named_after_dict_keys_model_output_fields_and_positions(tmp_path):
+    """The names a serving user calls outputs by: dict keys and ModelOutput fields joined by dots, positions
+    in a returned tuple (or a lone tensor) as output_N, namedtuple fields by name; the same in the signature
+    and the manifest."""
+    x = torch.randn(2, 3)
+    artifact = export_to_stablehlo(NamedOutputs(), (x,))
+    assert [slot.tensor.name for slot in artifact.signature.user_outputs] == ["logits", "pair.0", "pair.1"]
+    manifest = json.loads((artifact.save(tmp_path / "named") / "manifest.json").read_text())
+    assert [slot["tensor"]["name"] for slot in manifest["signature"]["outputs"]] == ["logits", "pair.0", "pair.1"]
+    config = GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=50, n_positions=16, use_cache=False)
+    gpt2 = export_to_stablehlo(GPT2LMHeadModel(config).eval(), (torch.randint(0, 50, (1, 4)),))
+    assert [slot.tensor.name for slot in gpt2.signature.user_outputs] == ["logits"]
+    pair = export_to_stablehlo(MaxAndPair(), (x,))
+    assert [slot.tensor.name for slot in pair.signature.user_outputs] == [
+        "output_0.0", "output_0.1", "output_1.low", "output_1.high"]  # namedtuple fields by name
+    lone = export_to_stablehlo(torch.nn.ReLU(), (x,))
+    assert [slot.tensor.name for slot in lone.signature.user_outputs] == ["output_0"]

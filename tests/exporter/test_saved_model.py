@@ -20,7 +20,8 @@ def served(tmp_path_factory):
     model, tokens, scale = served_example()
     artifact = export_to_stablehlo(model, (tokens,), {"scale": scale})
     path = artifact.save_tf_saved_model(tmp_path_factory.mktemp("served") / "model")
-    expected = {f"output_{i}": t.numpy() for i, t in enumerate(artifact.run_flat([tokens, scale]))}
+    names = [slot.tensor.name for slot in artifact.signature.user_outputs]
+    expected = {name: t.numpy() for name, t in zip(names, artifact.run_flat([tokens, scale]))}
     return path, {"tokens": tokens.numpy(), "scale": scale.numpy()}, expected
 
 
@@ -41,7 +42,7 @@ def test_tf_serving_signature_equals_the_pjrt_run(served):
     signature = tf.saved_model.load(str(path)).signatures["serving_default"]
     assert sorted(signature.structured_input_signature[1]) == ["scale", "tokens"]
     outputs = signature(**{name: tf.constant(value) for name, value in inputs.items()})
-    assert sorted(outputs) == sorted(expected) == ["output_0", "output_1"]
+    assert sorted(outputs) == sorted(expected) == ["logits", "pooled.0"]  # the model returns a dict of them
     for name, value in expected.items():
         np.testing.assert_allclose(outputs[name].numpy(), value, rtol=1e-6, atol=1e-6)
 
@@ -51,7 +52,7 @@ def test_saved_model_cli_show_and_run(served, tmp_path):
     show = subprocess.run([SAVED_MODEL_CLI, "show", "--dir", path, "--all"], capture_output=True, text=True,
                           timeout=300)
     assert show.returncode == 0, show.stderr[-2000:]
-    for line in ("inputs['tokens']", "dtype: DT_INT64", "inputs['scale']", "outputs['output_0']", "XlaCallModule"):
+    for line in ("inputs['tokens']", "dtype: DT_INT64", "inputs['scale']", "outputs['logits']", "outputs['pooled.0']", "XlaCallModule"):
         assert line in show.stdout, line
     for name, value in inputs.items():
         np.save(tmp_path / f"{name}.npy", value)

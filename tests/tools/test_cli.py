@@ -99,11 +99,11 @@ def test_run_reads_and_writes_npz(exported):
     np.savez(folder / "inputs.npz", x=args[0].numpy(), bias=kwargs["bias"].numpy())
     result = _cli("run", "bundle", "--inputs", "inputs.npz", "--output", "outputs.npz", cwd=folder, module=True)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert "output_0: float32[3, 4]" in result.stdout
+    assert "y: float32[3, 4]" in result.stdout  # the outputs are named after the model's dict keys
     with np.load(folder / "outputs.npz") as outputs:
-        assert sorted(outputs.files) == ["output_0", "output_1"]
-        np.testing.assert_allclose(outputs["output_0"], expected["y"].numpy(), rtol=1e-6, atol=1e-6)
-        np.testing.assert_allclose(outputs["output_1"], expected["norm"].numpy(), rtol=1e-6, atol=1e-6)
+        assert sorted(outputs.files) == ["norm", "y"]
+        np.testing.assert_allclose(outputs["y"], expected["y"].numpy(), rtol=1e-6, atol=1e-6)
+        np.testing.assert_allclose(outputs["norm"], expected["norm"].numpy(), rtol=1e-6, atol=1e-6)
 
 
 def test_verify_against_a_golden(exported):
