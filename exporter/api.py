@@ -15,6 +15,7 @@ from .errors import UnsupportedOpsError
 from .graph_lowering import GraphLowering, unsupported_targets
 from .locations import describe
 from .signature import signature_of
+from .weight_stacks import fold_weight_stacks
 
 
 def export_to_stablehlo(model, args=(), kwargs=None, *, dynamic_shapes=None, platform: str = "cpu",
@@ -37,7 +38,7 @@ def export_to_stablehlo(model, args=(), kwargs=None, *, dynamic_shapes=None, pla
     else:
         raise TypeError(f"export_to_stablehlo takes a torch.nn.Module or a torch.export.ExportedProgram, "
                         f"got {type(model).__name__}")
-    program = decompose_unsupported(prepare_quantized(program))
+    program = fold_weight_stacks(decompose_unsupported(prepare_quantized(program)))
     signature = signature_of(program)
     module = GraphLowering(lowering_graph(program, quantized_ops), signature).lower(make_context())
     text = module.operation.get_asm(enable_debug_info=True)
