@@ -31,8 +31,8 @@ _SCALAR_DTYPES = {bool: torch.bool, int: torch.int64, float: torch.float64}  # P
 
 @lower(higher_order.cond)
 def cond(ctx, pred, true_graph, false_graph, operands):
-    """``true_graph(*operands)`` where ``pred`` holds, else ``false_graph(*operands)``; a predicate torch.export
-    fixed (a static size compared) picks its branch here."""
+    """``stablehlo.if`` whose branches are ``true_graph(*operands)`` and ``false_graph(*operands)``; a predicate
+    torch.export fixed (a static size compared) picks its branch here, inline."""
     true_outputs, false_outputs = _outputs(true_graph), _outputs(false_graph)
     if true_outputs != false_outputs:
         raise ValueError(f"the branches of torch.cond return different shapes or dtypes ({', '.join(true_outputs)} "
@@ -48,7 +48,8 @@ def cond(ctx, pred, true_graph, false_graph, operands):
 
 @lower(higher_order.while_loop)
 def while_loop_(ctx, cond_graph, body_graph, carried, additional=()):
-    """``while cond_graph(*carried, *additional): carried = body_graph(*carried, *additional)``."""
+    """``stablehlo.while`` carrying ``carried``: ``while cond_graph(*carried, *additional): carried =
+    body_graph(*carried, *additional)``."""
     _result_types(ctx, "while_loop")
 
     def condition(*values):
@@ -63,7 +64,7 @@ def while_loop_(ctx, cond_graph, body_graph, carried, additional=()):
 
 @lower(higher_order.scan)
 def scan(ctx, combine_graph, init, xs, additional=()):
-    """torch's scan: for each row ``i`` of the ``xs`` (reversed ones are flipped around it by torch),
+    """One ``stablehlo.while`` over the rows of the ``xs`` (reversed ones are flipped around it by torch):
     ``carry, ys[i] = combine_graph(*carry, *[x[i] for x in xs], *additional)``; returns the last carry and the
     stacked ys."""
     return _scan(ctx, combine_graph, list(init), list(xs), list(additional), ctx.literal(2))
@@ -71,7 +72,8 @@ def scan(ctx, combine_graph, init, xs, additional=()):
 
 @lower(higher_order.map_impl)
 def map_impl(ctx, body_graph, xs, args):
-    """``torch._higher_order_ops.map``: ``ys[i] = body_graph(*[x[i] for x in xs], *args)``."""
+    """One ``stablehlo.while`` over the rows of the ``xs``: ``ys[i] = body_graph(*[x[i] for x in xs], *args)``
+    (``torch._higher_order_ops.map``)."""
     return _scan(ctx, body_graph, [], list(xs), list(args), ctx.literal(1))
 
 
