@@ -19,14 +19,17 @@ from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
-from .helpers import compare, constant, convert, full_like, is_static, reshape, value_type, while_loop
+from .helpers import compare, constant, convert, full_like, is_static, reshape, value_type
+from .helpers import while_loop as emit_while
 from .mlir_types import mlir_shape, tensor_type
 from .registry import lower
 from .shape_values import I64, i64_scalar
 
 higher_order = torch.ops.higher_order
 
-_SCALAR_DTYPES = {bool: torch.bool, int: torch.int64, float: torch.float64}  # Python scalars carried as 0-d
+# scalars (a loop's counter) are carried as 0-d tensors
+_SCALAR_DTYPES = {bool: torch.bool, int: torch.int64, float: torch.float64, torch.SymBool: torch.bool,
+                  torch.SymInt: torch.int64, torch.SymFloat: torch.float64}
 
 
 @lower(higher_order.cond)
@@ -47,7 +50,7 @@ def cond(ctx, pred, true_graph, false_graph, operands):
 
 
 @lower(higher_order.while_loop)
-def while_loop_(ctx, cond_graph, body_graph, carried, additional=()):
+def while_loop(ctx, cond_graph, body_graph, carried, additional=()):
     """``stablehlo.while`` carrying ``carried``: ``while cond_graph(*carried, *additional): carried =
     body_graph(*carried, *additional)``."""
     _result_types(ctx, "while_loop")
@@ -59,7 +62,7 @@ def while_loop_(ctx, cond_graph, body_graph, carried, additional=()):
     def body(*values):
         return _carried(ctx.lower_graph(body_graph, [*values, *additional]), values, "while_loop's body")
 
-    return tuple(while_loop([_as_value(v) for v in carried], _scoped(ctx, condition), _scoped(ctx, body)))
+    return tuple(emit_while([_as_value(v) for v in carried], _scoped(ctx, condition), _scoped(ctx, body)))
 
 
 @lower(higher_order.scan)
@@ -99,7 +102,7 @@ def _scan(ctx, graph, init: list, xs: list, additional: list, x_metas: list) -> 
         return [stablehlo.add(step, i64_scalar(1)), *carry, *written]
 
     initial = [i64_scalar(0), *[_as_value(v) for v in init], *ys]
-    return tuple(while_loop(initial, _scoped(ctx, condition), _scoped(ctx, body))[1:])
+    return tuple(emit_while(initial, _scoped(ctx, condition), _scoped(ctx, body))[1:])
 
 
 def _row(ctx, x: ir.Value, step: ir.Value, sizes) -> ir.Value:
@@ -158,7 +161,7 @@ def _result_types(ctx, op_name: str) -> list[ir.Type]:
     types = []
     for meta in ctx.out_meta:
         if not isinstance(meta, torch.Tensor):
-            types.append(tensor_type([], _SCALAR_DTYPES.get(type(meta), torch.int64)))
+            types.append(tensor_type([], _SCALAR_DTYPES[type(meta)]))
         elif free_unbacked_symbols(meta.shape):
             raise ValueError(f"{op_name} returns a tensor of data-dependent shape {list(meta.shape)} (its branches "
                              "or steps give different shapes); StableHLO's control flow needs one shape")
