@@ -7,6 +7,7 @@ from . import (  # noqa: F401  (each import registers its rules)
     attention,
     backward,
     bessel,
+    control_flow,
     conv_pool,
     creation,
     data_dependent,

@@ -7,6 +7,8 @@ arithmetic. Sizes are 0-d ``tensor<i64>`` values.
 """
 from __future__ import annotations
 
+from contextlib import ExitStack, contextmanager
+
 import numpy as np
 import sympy
 import torch
@@ -48,6 +50,20 @@ class SymbolicDims:
             pinned = size.node.maybe_as_int()
             return i64_scalar(pinned) if pinned is not None else self._expr(size.node.expr)
         return i64_scalar(size)
+
+    @contextmanager
+    def scope(self):
+        """Sizes first emitted inside are forgotten on leaving: the region of a control-flow op, whose values do
+        not dominate what follows it. Values from outside stay usable inside (regions capture them). Nested
+        ``SymbolicDims`` (``PaddedDims.actual``) are scoped with it."""
+        saved = dict(self._cache)
+        with ExitStack() as nested:
+            for dims in [d for d in vars(self).values() if isinstance(d, SymbolicDims)]:
+                nested.enter_context(dims.scope())
+            try:
+                yield
+            finally:
+                self._cache = saved
 
     def shape(self, sizes) -> ir.Value:
         """1-d i64 shape tensor for a list of ints/SymInts (for the dynamic_* ops)."""

@@ -15,6 +15,7 @@ from .errors import UnsupportedOpsError
 from .graph_lowering import GraphLowering, unsupported_targets
 from .locations import describe
 from .signature import signature_of
+from .weight_stacks import fold_weight_stacks
 
 
 def export_to_stablehlo(model, args=(), kwargs=None, *, dynamic_shapes=None, platform: str = "cpu",
@@ -36,7 +37,8 @@ def export_to_stablehlo(model, args=(), kwargs=None, *, dynamic_shapes=None, pla
 
 def convertible_program(model, args=(), kwargs=None, dynamic_shapes=None) -> ExportedProgram:
     """``model`` as the ExportedProgram the graph walk lowers: exported here if it is an ``nn.Module``, its
-    quantization prepared, in-place ops functionalised and ops without a lowering decomposed."""
+    quantization prepared, in-place ops functionalised, ops without a lowering decomposed and stacks of weights
+    (``scan_layers``) folded into stored weights."""
     if isinstance(model, ExportedProgram):
         program = model
     elif isinstance(model, torch.nn.Module):
@@ -47,7 +49,7 @@ def convertible_program(model, args=(), kwargs=None, dynamic_shapes=None) -> Exp
     else:
         raise TypeError(f"export_to_stablehlo takes a torch.nn.Module or a torch.export.ExportedProgram, "
                         f"got {type(model).__name__}")
-    return decompose_unsupported(prepare_quantized(program))
+    return fold_weight_stacks(decompose_unsupported(prepare_quantized(program)))
 
 
 def decompose_unsupported(program: ExportedProgram) -> ExportedProgram:

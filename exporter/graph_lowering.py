@@ -116,8 +116,9 @@ class GraphLowering:
                 env[node] = getattr(graph_module, node.target)
             elif node.op == "call_function":
                 env[node] = self._lower_call(node, env)
-            elif node.op == "output":
-                return list(torch.fx.node.map_aggregate(node.args[0], lambda a: env[a] if isinstance(a, torch.fx.Node) else a))
+            elif node.op == "output":  # a tuple of outputs, or one (a while_loop's condition)
+                outputs = torch.fx.node.map_aggregate(node.args[0], lambda a: env[a] if isinstance(a, torch.fx.Node) else a)
+                return list(outputs) if isinstance(outputs, (tuple, list)) else [outputs]
             else:
                 raise LoweringError(f"unexpected FX node kind {node.op!r} ({node.format_node()})")
         raise LoweringError("graph has no output node")

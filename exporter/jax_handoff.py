@@ -7,6 +7,8 @@ input and output structure.
 """
 from __future__ import annotations
 
+import re
+
 import jax
 import jax.numpy as jnp
 from jax import export as jax_export
@@ -47,7 +49,7 @@ def to_jax(artifact, target_version: str = DEFAULT_TARGET) -> JaxModel:
     if mutated:
         raise NotImplementedError(f"to_jax: the program updates buffers in place ({', '.join(mutated)}), "
                                   "which a JAX function cannot do; export a forward without in-place updates")
-    scope = jax_export.SymbolicScope(_dim_constraints(signature.dims))
+    scope = jax_export.SymbolicScope(_dim_constraints(signature))
     in_avals = tuple(_aval(slot.tensor, scope) for slot in signature.main_inputs)
     out_avals = tuple(_aval(slot.tensor, scope) for slot in signature.main_outputs)
     exported = jax_export.Exported(  # its fields as of jax 0.10 (the ones named _... too)
@@ -86,9 +88,13 @@ def _aval(spec: TensorSpec, scope: jax_export.SymbolicScope) -> jax.core.ShapedA
     return jax.core.ShapedArray(tuple(shape), jnp.dtype(spec.dtype))
 
 
-def _dim_constraints(dims: dict[str, list]) -> list[str]:
+def _dim_constraints(signature: Signature) -> list[str]:
+    """The ranges of the symbolic dims in ``@main``'s shapes (torch also ranges sizes that stay inside the
+    program, such as those a while_loop's body computes: JAX refuses a constraint on a dim it cannot see)."""
+    shapes = " ".join(str(d) for slot in [*signature.main_inputs, *signature.main_outputs] for d in slot.tensor.shape)
+    seen = set(re.findall(r"[A-Za-z_]\w*", shapes))
     constraints = []
-    for name, (low, high) in dims.items():
+    for name, (low, high) in ((n, r) for n, r in signature.dims.items() if n in seen):
         if low is not None:
             constraints.append(f"{name} >= {low}")
         if high is not None:

@@ -14,12 +14,13 @@ _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 
 @lru_cache(maxsize=4096)
 def source_line(stack_trace: str | None) -> tuple[str, int] | None:
-    """The innermost frame outside torch itself (the model code that called the op)."""
+    """The innermost frame outside torch itself and the code it generates (``<eval_with_key>.N``, where the
+    graphs of torch.cond's branches and loop bodies run): the model code that called the op."""
     if not stack_trace:
         return None
     frames = _FRAME.findall(stack_trace)
     for path, line in reversed(frames):
-        if not path.startswith(_TORCH_DIR):
+        if not path.startswith((_TORCH_DIR, "<")):
             return path, int(line)
     return (frames[-1][0], int(frames[-1][1])) if frames else None
 

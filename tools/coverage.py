@@ -3,13 +3,15 @@
 One row per core ATen overload (``torch.Tag.core``): whether a lowering is registered, how the OpInfo
 samples that exercise it fared per dtype (``tools.opinfo_sweep``), whether it passed the sweep with a
 dynamic dim 0, and whether it has a quantized form. Then every OpInfo sample that failed or errored, with
-its reason, and every sample not counted (torch.export refused it, it is random, eager raised).
+its reason, and every sample not counted (torch.export refused it, it is random, eager raised); the quantized
+forms; and every higher-order op torch registers (``torch.cond``, ``while_loop``, ...) with its lowering.
 """
 from __future__ import annotations
 
 import json
 import multiprocessing
 import os
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -91,7 +93,19 @@ def coverage(sweep: dict[str, dict]) -> dict:
             "ops": rows,
             "opinfo": {name: {p: letters(entry[p]) for p in PASSES} for name, entry in sweep.items()},
             "problems": [problem for name, entry in sweep.items() for problem in _problems(name, entry)],
-            "quantized_forms": quantized}
+            "quantized_forms": quantized,
+            "higher_order": higher_order_ops()}
+
+
+def higher_order_ops() -> list[dict]:
+    """Every higher-order op torch registers, sorted by name: whether it has a lowering and what it becomes
+    (the first paragraph of the rule's docstring, else of its module's)."""
+    rows = []
+    for name, op in sorted(torch._ops._higher_order_ops.items()):
+        rule = lowering_for(op)
+        doc = (rule.__doc__ or sys.modules[rule.__module__].__doc__) if rule is not None else ""
+        rows.append({"op": name, "lowering": rule is not None, "becomes": " ".join(doc.split("\n\n")[0].split())})
+    return rows
 
 
 def _per_core_op(sweep: dict) -> dict[str, dict]:
@@ -164,7 +178,18 @@ def markdown(report: dict) -> str:
                   f"{_escape(p['reason'])} |" for p in problems]
     lines += ["", "## Quantized lowerings", "", "| op | becomes |", "|---|---|"]
     lines += [f"| `{op}` | {form} |" for op, form in sorted(report["quantized_forms"].items())]
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + higher_order_markdown(report["higher_order"])) + "\n"
+
+
+def higher_order_markdown(rows: list[dict]) -> list[str]:
+    """The report's section on higher-order ops, as lines."""
+    lowered = sum(row["lowering"] for row in rows)
+    lines = ["", f"## Higher-order ops ({lowered} of {len(rows)} lowered)", "",
+             "Control flow and wrappers torch.export emits with nested graphs; the others raise "
+             "`UnsupportedOpsError` naming the op and its source line.", "", "| op | lowering | becomes |",
+             "|---|---|---|"]
+    return lines + [f"| `{row['op']}` | {_yes(row['lowering'])} | {_escape(row['becomes'].replace('``', '`'))} |"
+                    for row in rows]
 
 
 def _cell(counts) -> str:
