@@ -17,7 +17,7 @@ from stablehlo_ir.dtypes import to_numpy, to_torch
 from . import bundle
 from .errors import WeightsError
 from .jax_handoff import to_jax
-from .signature import Signature
+from .signature import WEIGHT_KINDS, Signature
 from .versions import DEFAULT_TARGET
 from .weights import alias_map, attach, missing_data
 
@@ -33,6 +33,7 @@ class StableHLOArtifact:
         self.platform = platform
         self._executables: dict[tuple, pjrt.Executable] = {}  # by @main's argument shapes where dynamic
         self._device_weights: dict[str, object] = {}
+        self._weight_readers: dict[str, object] = {}  # weights read shard by shard from files (load_artifact)
         self._seed = 0  # the next call's rng_seed, where the program draws random numbers
 
     # -- running ------------------------------------------------------------
@@ -44,8 +45,9 @@ class StableHLOArtifact:
         scalars and constants where the model returns them). Inputs the model mutates are updated in place."""
         validate_inputs([slot.tensor for slot in self.signature.user_inputs if slot.tensor is not None], tensors)
         self.signature.check_dims(tensors)  # symbolic dims: in range, and equal where they must be
+        arguments = [s for s in self.signature.main_inputs if s.kind not in WEIGHT_KINDS]  # inputs, rng_seed
         device_inputs = self._weights_on_device() + pjrt.put([to_numpy(t) for t in tensors + self._seeds()],
-                                                             self.platform)
+                                                             self.platform, *self._layout(arguments))
         executable = self._compiled(device_inputs)
         outputs = self.signature.output_values([to_torch(array) for array in executable.execute(device_inputs)])
         results = iter(outputs)
@@ -85,20 +87,28 @@ class StableHLOArtifact:
         shapes = tuple(tuple(a.shape) for a in device_inputs) if self.signature.is_dynamic else ()
         if shapes not in self._executables:
             self._executables[shapes] = pjrt.Executable(self.stablehlo_text, self.platform,
-                                                        arg_shapes=shapes if shapes else None)
+                                                        arg_shapes=shapes if shapes else None,
+                                                        mesh=self.signature.mesh)
         return self._executables[shapes]
 
     def _weights_on_device(self) -> list:
-        """Device copies of the weights, made once; aliases (tied weights) share one copy."""
+        """Device copies of the weights, made once (over a mesh, each device holding its shard only); aliases
+        (tied weights) share one copy."""
         slots = self.signature.weights
         missing = [s.target for s in slots if s.target not in self._device_weights]
         if missing:
             self._require_weights("run")
             canonical = alias_map({name: self.weights[name] for name in missing})
             unique = sorted(set(canonical.values()))
-            placed = dict(zip(unique, pjrt.put([to_numpy(self.weights[name]) for name in unique], self.platform)))
+            slot_of = {s.target: s for s in slots}
+            hosts = [self._weight_readers.get(name) or to_numpy(self.weights[name]) for name in unique]
+            placed = dict(zip(unique, pjrt.put(hosts, self.platform, *self._layout([slot_of[n] for n in unique]))))
             self._device_weights.update({name: placed[canonical[name]] for name in missing})
         return [self._device_weights[s.target] for s in slots]
+
+    def _layout(self, slots) -> tuple:
+        """``pjrt.put``'s mesh and specs for these ``@main`` arguments (nothing for a single-device program)."""
+        return (self.signature.mesh, [s.sharding for s in slots]) if self.signature.mesh else ()
 
     # -- weightless artifacts (a meta-device export, a weightless bundle) ---------------
     @property
@@ -116,7 +126,7 @@ class StableHLOArtifact:
         return self
 
     def _require_weights(self, action: str) -> None:
-        absent = missing_data(self.weights)
+        absent = [name for name in missing_data(self.weights) if name not in self._weight_readers]
         if absent:
             shown = ", ".join(absent[:8]) + (f", ... ({len(absent)} in all)" if len(absent) > 8 else "")
             raise WeightsError(f"cannot {action} a weightless artifact: weights {shown} have no data; attach them "

@@ -1,0 +1,65 @@
+"""SPMD over a device mesh: the devices, the compile options, inputs split onto the devices, results gathered.
+
+A mesh is an ordered ``{axis: size}``; a spec has one entry per dim, the tuple of axes that dim is split over
+(None for a whole argument: replicated). Results are replicated on every device (the program gathers them),
+so each process reads them from its own first device. With ``jax.distributed`` initialised, the client's
+devices are every process's; each process places and holds only the shards of its own devices.
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable, Sequence
+
+import jax
+import numpy as np
+from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
+from jaxlib import _jax
+
+MeshAxes = dict[str, int]
+
+
+class MeshError(RuntimeError):
+    """The mesh needs more devices than the PJRT client has."""
+
+
+def device_mesh(client, axes: MeshAxes) -> Mesh:
+    """The first ``prod(axes)`` devices of ``client`` (every process's) laid out as ``axes``."""
+    count = math.prod(axes.values())
+    devices = sorted(client.devices(), key=lambda d: d.id)
+    if len(devices) < count:
+        hint = (f"on CPU, set XLA_FLAGS=--xla_force_host_platform_device_count={count} or "
+                f"jax.config.update('jax_num_cpu_devices', {count}) before the first client starts"
+                if client.platform == "cpu" else "run where that many devices are visible")
+        raise MeshError(f"the mesh {axes} needs {count} devices; the '{client.platform}' client has "
+                        f"{len(devices)} ({hint})")
+    return Mesh(np.array(devices[:count]).reshape(tuple(axes.values())), tuple(axes),
+                axis_types=(AxisType.Auto,) * len(axes))
+
+
+def sharding(mesh: Mesh, spec) -> NamedSharding:
+    """The layout of one argument: split as ``spec`` says, replicated where ``spec`` is None."""
+    return NamedSharding(mesh, PartitionSpec() if spec is None else PartitionSpec(*[tuple(a) or None for a in spec]))
+
+
+def compile_options(options, mesh: Mesh):
+    """``options`` for SPMD over ``mesh``: one partition per device, Shardy's partitioner, outputs replicated."""
+    options.num_replicas = 1
+    options.num_partitions = mesh.size
+    build = options.executable_build_options
+    build.use_spmd_partitioning = True
+    build.use_shardy_partitioner = True
+    options.device_assignment = _jax.DeviceAssignment.create(np.array([[d.id for d in mesh.devices.flat]]).T)
+    return options
+
+
+def place(shape: Sequence[int], layout: NamedSharding, read: Callable[[tuple], np.ndarray]) -> jax.Array:
+    """A global array of ``shape`` laid out as ``layout``; ``read(index)`` gives the host data of one shard
+    (a tuple of slices), called only for this process's devices."""
+    with jax.enable_x64(True):
+        return jax.make_array_from_callback(tuple(shape), layout, read)
+
+
+def execute(loaded, arguments: Sequence[jax.Array]) -> list[np.ndarray]:
+    """Run an SPMD executable; each result from this process's first device (results are replicated)."""
+    results = loaded.execute_sharded(list(arguments)).disassemble_into_single_device_arrays()
+    return [np.asarray(shards[0]) for shards in results]
