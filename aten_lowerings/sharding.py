@@ -1,13 +1,16 @@
 """``mark_sharding``: a sharding annotation on an activation, kept by torch.export and lowered to
-``sdy.sharding_constraint`` (the spec names axes of the mesh given to ``export_to_stablehlo``)."""
+``sdy.sharding_constraint`` (the spec names axes of the mesh given to ``export_to_stablehlo``; exported
+without a mesh, the program runs on one device and the annotation is dropped)."""
 from __future__ import annotations
 
 import json
 
 import torch
+from jaxlib.mlir import ir
 
-from stablehlo_ir.sharding import constrain, normalize_spec
+from stablehlo_ir.sharding import MESH_NAME, constrain, normalize_spec
 
+from .helpers import enclosing_module
 from .registry import lower
 
 
@@ -42,4 +45,6 @@ def spec_of(node: torch.fx.Node):
 # Schema: torch_stablehlo::mark_sharding(Tensor x, str spec) -> Tensor
 @lower(torch.ops.torch_stablehlo.mark_sharding.default)
 def mark_sharding_rule(ctx, x, spec):
+    if MESH_NAME not in ir.SymbolTable(enclosing_module()):  # a single-device program
+        return x
     return constrain(x, normalize_spec(json.loads(spec)))

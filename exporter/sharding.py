@@ -61,15 +61,13 @@ def check_mesh(mesh) -> dict[str, int]:
 def shard_signature(signature: Signature, mesh, shardings, graph_module: torch.fx.GraphModule) -> Signature:
     """``signature`` over ``mesh`` with the specs of ``shardings`` on the slots they name; checks them and the
     ``mark_sharding`` specs in ``graph_module`` against the mesh and the tensors' shapes."""
-    marks = [node for node in graph_module.graph.nodes if spec_of(node) is not None]
-    if mesh is None:
-        if shardings or marks:
-            where = "shardings" if shardings else f"mark_sharding ({marks[0].name})"
-            raise ShardingError(f"{where} needs a device mesh: pass mesh={{'axis': size, ...}} to export_to_stablehlo")
+    if mesh is None:  # one device (mark_sharding annotations are dropped)
+        if shardings:
+            raise ShardingError("shardings need a device mesh: pass mesh={'axis': size, ...} to export_to_stablehlo")
         return signature
     mesh = check_mesh(mesh)
     specs = _resolve(signature, mesh, _plain_shardings(shardings or {}, mesh))
-    for node in marks:
+    for node in [node for node in graph_module.graph.nodes if spec_of(node) is not None]:
         _check_spec(f"mark_sharding on {node.args[0].name}", spec_of(node), node.meta["val"].shape, mesh)
     return signature.sharded(mesh, specs)
 

@@ -73,6 +73,7 @@ class Executable:
             if key not in _COMPILED:
                 _COMPILED[key] = self._load_or_compile(mlir_text, key[0], arg_shapes)
         self._loaded = _COMPILED[key]
+        self._layouts = None
 
     def _load_or_compile(self, mlir_text: str, module_fingerprint: str, arg_shapes=None):
         cache = CompileCache.from_environment()
@@ -92,9 +93,27 @@ class Executable:
                 pass
         return executable
 
-    def put(self, arrays: Sequence[np.ndarray]) -> list:
-        """Transfer host arrays to this executable's first device (e.g. once, for weights)."""
-        return put(arrays, self.platform)
+    def put(self, arrays: Sequence, first: int = 0) -> list:
+        """Transfer host arrays, this executable's arguments ``first``, ``first + 1``, ..., to its device; over a
+        mesh, split as the compiled program takes them, each device getting its shard only (there an array may
+        be anything with ``shape`` whose ``[index]`` reads one shard as numpy, e.g. a lazy reader of a weights
+        file: only this process's shards are read)."""
+        if self.mesh is None:
+            return put(arrays, self.platform)
+        return [spmd.place(a.shape, layout, a.__getitem__) for a, layout in zip(arrays, self.layouts[first:])]
+
+    def holds(self, argument: int, array) -> bool:
+        """Whether a placed ``array`` is laid out as this executable takes ``argument`` (so can be reused)."""
+        if self.mesh is None:
+            return True
+        return array.sharding.is_equivalent_to(self.layouts[argument], array.ndim)
+
+    @property
+    def layouts(self) -> list:
+        """Over a mesh, the sharding of each argument as the compiled program takes it."""
+        if self._layouts is None:
+            self._layouts = spmd.parameter_layouts(self._loaded, self.mesh)
+        return self._layouts
 
     @property
     def loaded(self):
@@ -108,11 +127,11 @@ class Executable:
         return [np.asarray(o) for o in outputs]
 
 
-def put(arrays: Sequence, platform: str = "cpu", mesh: spmd.MeshAxes | None = None, specs: Sequence | None = None) -> list:
+def put(arrays: Sequence[np.ndarray], platform: str = "cpu", mesh: spmd.MeshAxes | None = None,
+        specs: Sequence | None = None) -> list:
     """Transfer host arrays to the platform's first device (where every single-device Executable runs); with
     ``mesh``, split over its devices as ``specs`` say (one per array; None: replicated), each device getting
-    only its shard. There an array may be anything with ``shape`` whose ``[index]`` reads a shard as numpy
-    (e.g. a lazy reader of a weights file): only this process's shards are read."""
+    only its shard."""
     if mesh:
         devices = device_mesh(platform, tuple(mesh.items()))
         return [spmd.place(a.shape, spmd.sharding(devices, spec), a.__getitem__) for a, spec in zip(arrays, specs)]

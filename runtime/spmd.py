@@ -1,8 +1,10 @@
 """SPMD over a device mesh: the devices, the compile options, inputs split onto the devices, results gathered.
 
 A mesh is an ordered ``{axis: size}``; a spec has one entry per dim, the tuple of axes that dim is split over
-(None for a whole argument: replicated). Results are replicated on every device (the program gathers them),
-so each process reads them from its own first device. With ``jax.distributed`` initialised, the client's
+(None for a whole argument: replicated). Arguments are placed as the compiled program lays them out (the
+module's shardings, and XLA's propagated choice for arguments the module leaves open); results are
+replicated on every device (``@main`` says so: the program gathers them), so each process reads them from its
+own first device. With ``jax.distributed`` initialised, the client's
 devices are every process's; each process places and holds only the shards of its own devices.
 """
 from __future__ import annotations
@@ -12,6 +14,7 @@ from typing import Callable, Sequence
 
 import jax
 import numpy as np
+from jax._src.sharding_impls import GSPMDSharding  # jax's own form of a compiled program's layouts
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 from jaxlib import _jax
 
@@ -52,7 +55,12 @@ def compile_options(options, mesh: Mesh):
     return options
 
 
-def place(shape: Sequence[int], layout: NamedSharding, read: Callable[[tuple], np.ndarray]) -> jax.Array:
+def parameter_layouts(loaded, mesh: Mesh) -> list[GSPMDSharding]:
+    """How the compiled SPMD program takes each argument."""
+    return [GSPMDSharding(tuple(mesh.devices.flat), s) for s in loaded.get_parameter_shardings()]
+
+
+def place(shape: Sequence[int], layout: jax.sharding.Sharding, read: Callable[[tuple], np.ndarray]) -> jax.Array:
     """A global array of ``shape`` laid out as ``layout``; ``read(index)`` gives the host data of one shard
     (a tuple of slices), called only for this process's devices."""
     with jax.enable_x64(True):
