@@ -62,9 +62,17 @@ def parameter_layouts(loaded, mesh: Mesh) -> list[GSPMDSharding]:
 
 def place(shape: Sequence[int], layout: jax.sharding.Sharding, read: Callable[[tuple], np.ndarray]) -> jax.Array:
     """A global array of ``shape`` laid out as ``layout``; ``read(index)`` gives the host data of one shard
-    (a tuple of slices), called only for this process's devices."""
+    (a tuple of slices), called once per distinct shard of this process's devices."""
+    parts: dict[tuple, np.ndarray] = {}
+
+    def read_once(index: tuple) -> np.ndarray:
+        key = tuple((part.start, part.stop, part.step) for part in index)
+        if key not in parts:
+            parts[key] = read(index)
+        return parts[key]
+
     with jax.enable_x64(True):
-        return jax.make_array_from_callback(tuple(shape), layout, read)
+        return jax.make_array_from_callback(tuple(shape), layout, read_once)
 
 
 def execute(loaded, arguments: Sequence[jax.Array]) -> list[np.ndarray]:
