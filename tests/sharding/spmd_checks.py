@@ -12,16 +12,13 @@ import tempfile
 import traceback
 
 import jax
+import numpy as np
+import torch
+from jax import export as jax_export
+from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
 
-jax.config.update("jax_num_cpu_devices", 8)
-
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-from jax import export as jax_export  # noqa: E402
-from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel  # noqa: E402
-
-from exporter import export_to_stablehlo, load_artifact, mark_sharding  # noqa: E402
-from golden.sharded_decoder import SHARDINGS, decoder_example  # noqa: E402
+from exporter import export_to_stablehlo, load_artifact, mark_sharding
+from golden.sharded_decoder import SHARDINGS, decoder_example
 
 TOLERANCE = dict(atol=2e-5, rtol=2e-5)
 COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute")
@@ -126,4 +123,5 @@ def main(report_path: str) -> None:
 
 
 if __name__ == "__main__":
+    jax.config.update("jax_num_cpu_devices", 8)  # before the CPU client starts (importing this module does not)
     main(sys.argv[1])
