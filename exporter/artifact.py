@@ -157,6 +157,10 @@ class StableHLOArtifact:
 
         self._require_weights("save a SavedModel of")
         self._require_sized_outputs("save a SavedModel of")
+        if self.signature.mesh:
+            raise NotImplementedError(f"cannot save a SavedModel of a program partitioned over the mesh "
+                                      f"{self.signature.mesh}: TF's XlaCallModule runs it on one device; export "
+                                      "without a mesh for TF serving")
         return save_saved_model(self, path, signature_name=signature_name, target_version=target_version)
 
     def to_jax(self, *, target_version: str = DEFAULT_TARGET):

@@ -67,6 +67,14 @@ def test_plan_given_as_shardings_uses_the_model_axis():
     assert specs == {"0.weight": (("model",), ()), "2.weight": ((), ("model",)), "2.bias": None}
 
 
+def test_exported_program_takes_shardings_too():
+    program = torch.export.export(MLP(), (torch.randn(8, 32),))
+    art = export_to_stablehlo(program, mesh={"model": 4}, shardings={"up.weight": ("model",)})
+    assert art.signature.main_shardings == [(("model",), ()), None, None, None, None]
+    with pytest.raises(NotImplementedError, match="XlaCallModule runs it on one device"):
+        art.save_tf_saved_model("unused")
+
+
 def test_mark_sharding_is_dropped_on_one_device_and_kept_over_a_mesh():
     model, x = MLP(mark=("data", "model")).eval(), torch.randn(8, 32)
     torch.testing.assert_close(mark_sharding(x, ("data", None)), x)
