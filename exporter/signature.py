@@ -212,9 +212,10 @@ class Signature:
         lines += [f"  {s.tensor.name}: {s.tensor.dtype}{list(s.tensor.shape)}{_sharding_note(s)}"
                   for s in self.user_inputs if s.tensor]
         lines += [f"  {name} in [{low}, {'inf' if high is None else high}]" for name, (low, high) in self.dims.items()]
-        lines.append(f"weights: {len(self.weights)} tensors")
-        lines += [f"  {s.name}: {s.tensor.dtype}{list(s.tensor.shape)}{_sharding_note(s)}"
-                  for s in self.weights if s.sharding is not None]
+        sharded = [s for s in self.weights if s.sharding is not None]
+        lines.append(f"weights: {len(self.weights)} tensors" + (
+            f" ({len(sharded)} sharded; the others as XLA's propagation decides)" if self.mesh else ""))
+        lines += [f"  {s.name}: {s.tensor.dtype}{list(s.tensor.shape)}{_sharding_note(s)}" for s in sharded]
         lines.append("outputs:")
         lines += [f"  {s.tensor.name}: {s.scalar or s.tensor.dtype}{'' if s.scalar else list(s.tensor.shape)}"
                   if s.tensor else f"  constant: {s.value!r}" for s in self.user_outputs]

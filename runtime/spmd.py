@@ -4,8 +4,8 @@ A mesh is an ordered ``{axis: size}``; a spec has one entry per dim, the tuple o
 (None for a whole argument: replicated). Arguments are placed as the compiled program lays them out (the
 module's shardings, and XLA's propagated choice for arguments the module leaves open); results are
 replicated on every device (``@main`` says so: the program gathers them), so each process reads them from its
-own first device. With ``jax.distributed`` initialised, the client's
-devices are every process's; each process places and holds only the shards of its own devices.
+own first device. With ``jax.distributed`` initialised, the client's devices are every process's; each
+process places and holds only the shards of its own devices.
 """
 from __future__ import annotations
 
@@ -45,7 +45,7 @@ def sharding(mesh: Mesh, spec) -> NamedSharding:
 
 
 def compile_options(options, mesh: Mesh):
-    """``options`` for SPMD over ``mesh``: one partition per device, Shardy's partitioner, outputs replicated."""
+    """``options`` for SPMD over ``mesh``: one partition per device (in the mesh's order), Shardy's partitioner."""
     options.num_replicas = 1
     options.num_partitions = mesh.size
     build = options.executable_build_options

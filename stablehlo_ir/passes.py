@@ -41,9 +41,11 @@ def portable_artifact(mlir_text: str, target_version: str) -> bytes:
         module = run_pipeline(ir.Module.parse(mlir_text), LEGALIZE_CHLO)
         if _foreign_ops(module):
             run_pipeline(module, LEGALIZE_SHAPES)
-        if not _foreign_ops(module):
+        foreign = _foreign_ops(module)
+        if not foreign:
             return stablehlo.serialize_portable_artifact(module, target_version)
-    return _jax.mlir.serialize_portable_artifact(mlir_text, target_version, "sdy.mesh" in mlir_text)
+    sharded = any(name.startswith("sdy.") for name in foreign)
+    return _jax.mlir.serialize_portable_artifact(mlir_text, target_version, sharded)
 
 
 _PORTABLE_DIALECTS = ("builtin.", "func.", "stablehlo.", "chlo.", "quant.")
