@@ -111,9 +111,7 @@ class Signature:
     def sharded(self, mesh: dict[str, int], specs: dict[str, Spec]) -> "Signature":
         """This signature over ``mesh``, with the input and weight slots named in ``specs`` split as they say."""
         inputs = [dataclasses.replace(s, sharding=specs[s.name]) if s.name in specs else s for s in self.inputs]
-        signature = dataclasses.replace(self, inputs=inputs, mesh=dict(mesh))
-        signature._trees.update(self._trees)
-        return signature
+        return dataclasses.replace(self, inputs=inputs, mesh=dict(mesh))  # the loaded pytree specs shared
 
     @property
     def num_devices(self) -> int:
