@@ -29,6 +29,7 @@ from . import (  # noqa: F401  (each import registers its rules)
     sampling,
     scalars,
     scatter_ops,
+    sharding,
     resampling,
     shape_ops,
     sorting,

@@ -85,8 +85,9 @@ def time_model(name: str, size: dict, repeats: int) -> None:
         return artifact(*args, **kwargs)
 
     artifact(*args, **kwargs)  # compile, place weights
-    device_inputs = artifact._weights_on_device() + pjrt.put([to_numpy(t) for t in tensors], artifact.platform)
-    executable = artifact._compiled(device_inputs)
+    hosts = [to_numpy(t) for t in tensors]
+    executable = artifact._compiled([s.tensor.shape for s in artifact.signature.weights] + [h.shape for h in hosts])
+    device_inputs = artifact._weights_on_device(executable) + executable.put(hosts)
 
     def execute():
         for output in executable._loaded.execute(device_inputs):

@@ -2,11 +2,14 @@
 from .api import export_to_stablehlo
 from .artifact import StableHLOArtifact, load_artifact
 from .divergence import Divergence, find_divergence
-from .errors import (BundleError, BundleVersionError, ExportError, LoweringError, UnsupportedOpsError,
-                     WeightsError)
+from .errors import (BundleError, BundleVersionError, ExportError, LoweringError, ShardingError,
+                     UnsupportedOpsError, WeightsError)
 from .scan_layers import scan_layers
+from .sharding import mark_sharding, tensor_parallel_shardings
+from runtime.spmd import MeshError
 from runtime.validation import InputError
 
 __all__ = ["export_to_stablehlo", "load_artifact", "StableHLOArtifact", "find_divergence", "Divergence",
-           "scan_layers", "ExportError", "LoweringError", "UnsupportedOpsError", "InputError", "BundleError",
-           "BundleVersionError", "WeightsError"]
+           "scan_layers", "mark_sharding", "tensor_parallel_shardings", "ExportError", "LoweringError",
+           "UnsupportedOpsError", "InputError", "BundleError", "BundleVersionError", "WeightsError",
+           "ShardingError", "MeshError"]

@@ -14,12 +14,13 @@ from .artifact import StableHLOArtifact
 from .errors import UnsupportedOpsError
 from .graph_lowering import GraphLowering, unsupported_targets
 from .locations import describe
+from .sharding import shard_signature
 from .signature import signature_of
 from .weight_stacks import fold_weight_stacks
 
 
 def export_to_stablehlo(model, args=(), kwargs=None, *, dynamic_shapes=None, platform: str = "cpu",
-                        quantized_ops: str = "fused") -> StableHLOArtifact:
+                        quantized_ops: str = "fused", mesh=None, shardings=None) -> StableHLOArtifact:
     """Convert ``model`` (an ``nn.Module``, exported here, or an ``ExportedProgram``) to StableHLO.
 
     Parameters, buffers and lifted constants become leading arguments of
@@ -27,9 +28,13 @@ def export_to_stablehlo(model, args=(), kwargs=None, *, dynamic_shapes=None, pla
     Quantized programs (pt2e, torchao weight-only int8) use ``!quant.uniform`` types; ``quantized_ops``
     is ``"fused"`` (products on quantized operands, the form serving compilers take) or ``"unfused"``
     (every dequantize and quantize kept).
+
+    ``mesh`` (axis name -> size, e.g. ``{"data": 2, "model": 4}``) makes ``@main`` an SPMD program over that
+    many devices; ``shardings`` maps input and weight names (``fnmatch`` patterns) to specs, one entry per dim:
+    a mesh axis, a tuple of axes, or None (see ``exporter.sharding``; a tensor-parallel plan works too).
     """
     program = convertible_program(model, args, kwargs, dynamic_shapes)
-    signature = signature_of(program)
+    signature = shard_signature(signature_of(program), mesh, shardings, program.graph_module)
     module = GraphLowering(lowering_graph(program, quantized_ops), signature).lower(make_context())
     text = module.operation.get_asm(enable_debug_info=True)
     return StableHLOArtifact(text, signature, program_weights(program, signature), platform=platform)

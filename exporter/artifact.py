@@ -33,6 +33,7 @@ class StableHLOArtifact:
         self.platform = platform
         self._executables: dict[tuple, pjrt.Executable] = {}  # by @main's argument shapes where dynamic
         self._device_weights: dict[str, object] = {}
+        self._weight_readers: dict[str, object] = {}  # weights read shard by shard from files (load_artifact)
         self._seed = 0  # the next call's rng_seed, where the program draws random numbers
 
     # -- running ------------------------------------------------------------
@@ -65,9 +66,11 @@ class StableHLOArtifact:
         here), as torch tensors: nothing sliced, cast back or matched to the signature's outputs."""
         validate_inputs([slot.tensor for slot in self.signature.user_inputs if slot.tensor is not None], tensors)
         self.signature.check_dims(tensors)  # symbolic dims: in range, and equal where they must be
-        device_inputs = self._weights_on_device() + pjrt.put([to_numpy(t) for t in tensors + self._seeds()],
-                                                             self.platform)
-        return [to_torch(array) for array in self._compiled(device_inputs).execute(device_inputs)]
+        hosts = [to_numpy(t) for t in tensors + self._seeds()]
+        weights = self.signature.weights
+        executable = self._compiled([s.tensor.shape for s in weights] + [h.shape for h in hosts])
+        device_inputs = self._weights_on_device(executable) + executable.put(hosts, first=len(weights))
+        return [to_torch(array) for array in executable.execute(device_inputs)]
 
     def manual_seed(self, seed: int) -> "StableHLOArtifact":
         """Seed the random ops: the next call draws from ``seed``, each call after it from the next seed,
@@ -82,24 +85,29 @@ class StableHLOArtifact:
         self._seed += 1
         return [torch.tensor(self._seed - 1, dtype=torch.int64)]
 
-    def _compiled(self, device_inputs: list) -> pjrt.Executable:
-        """The executable for these ``@main`` arguments: one for a static module; for a dynamic one, one per
-        shape signature of the call (the module refined to it; see ``stablehlo_ir.refine``)."""
-        shapes = tuple(tuple(a.shape) for a in device_inputs) if self.signature.is_dynamic else ()
+    def _compiled(self, arg_shapes: list) -> pjrt.Executable:
+        """The executable for ``@main`` arguments of these shapes: one for a static module; for a dynamic one,
+        one per shape signature of the call (the module refined to it; see ``stablehlo_ir.refine``)."""
+        shapes = tuple(tuple(shape) for shape in arg_shapes) if self.signature.is_dynamic else ()
         if shapes not in self._executables:
             self._executables[shapes] = pjrt.Executable(self.stablehlo_text, self.platform,
-                                                        arg_shapes=shapes if shapes else None)
+                                                        arg_shapes=shapes if shapes else None,
+                                                        mesh=self.signature.mesh)
         return self._executables[shapes]
 
-    def _weights_on_device(self) -> list:
-        """Device copies of the weights, made once; aliases (tied weights) share one copy."""
+    def _weights_on_device(self, executable: pjrt.Executable) -> list:
+        """Device copies of the weights, made once (over a mesh, each device holding its shard only, as
+        ``executable`` takes it); aliases (tied weights) share one copy."""
         slots = self.signature.weights
-        missing = [s.target for s in slots if s.target not in self._device_weights]
+        missing = [s.target for i, s in enumerate(slots)
+                   if s.target not in self._device_weights or not executable.holds(i, self._device_weights[s.target])]
         if missing:
             self._require_weights("run")
             canonical = alias_map({name: self.weights[name] for name in missing})
             unique = sorted(set(canonical.values()))
-            placed = dict(zip(unique, pjrt.put([to_numpy(self.weights[name]) for name in unique], self.platform)))
+            index = {s.target: i for i, s in enumerate(slots)}
+            hosts = [self._weight_readers.get(name) or to_numpy(self.weights[name]) for name in unique]
+            placed = {name: executable.put([host], first=index[name])[0] for name, host in zip(unique, hosts)}
             self._device_weights.update({name: placed[canonical[name]] for name in missing})
         return [self._device_weights[s.target] for s in slots]
 
@@ -119,7 +127,7 @@ class StableHLOArtifact:
         return self
 
     def _require_weights(self, action: str) -> None:
-        absent = missing_data(self.weights)
+        absent = [name for name in missing_data(self.weights) if name not in self._weight_readers]
         if absent:
             shown = ", ".join(absent[:8]) + (f", ... ({len(absent)} in all)" if len(absent) > 8 else "")
             raise WeightsError(f"cannot {action} a weightless artifact: weights {shown} have no data; attach them "
@@ -153,6 +161,10 @@ class StableHLOArtifact:
 
         self._require_weights("save a SavedModel of")
         self._require_sized_outputs("save a SavedModel of")
+        if self.signature.mesh:
+            raise NotImplementedError(f"cannot save a SavedModel of a program partitioned over the mesh "
+                                      f"{self.signature.mesh}: TF's XlaCallModule runs it on one device; export "
+                                      "without a mesh for TF serving")
         return save_saved_model(self, path, signature_name=signature_name, target_version=target_version)
 
     def to_jax(self, *, target_version: str = DEFAULT_TARGET):
@@ -162,12 +174,19 @@ class StableHLOArtifact:
         return to_jax(self, target_version)
 
 
-def load_artifact(path: str | os.PathLike, *, platform: str = "cpu", weights=None) -> StableHLOArtifact:
+def load_artifact(path: str | os.PathLike, *, platform: str = "cpu", weights=None,
+                  local_shards: bool = False) -> StableHLOArtifact:
     """Read a bundle written by ``StableHLOArtifact.save``; raises BundleError if a file is missing,
     truncated or corrupt, BundleVersionError if it needs a newer StableHLO or bundle format.
 
     ``weights`` (a safetensors file, files, a folder or a dict; see ``attach_weights``) gives a weightless
-    bundle its weights."""
-    loaded = bundle.load_bundle(path)
+    bundle its weights. ``local_shards`` (for a program over a mesh, e.g. one process of several under
+    ``jax.distributed``): read from the bundle's files only the weight shards this process's devices hold,
+    when they are first placed; such an artifact runs but holds no weight values of its own."""
+    loaded = bundle.load_bundle(path, local_shards=local_shards)
+    if local_shards and not loaded.signature.mesh:
+        raise ValueError(f"{path}: local_shards reads the shards of a program over a device mesh; this bundle's "
+                         "program runs on one device (load it without local_shards)")
     artifact = StableHLOArtifact(loaded.stablehlo_text, loaded.signature, loaded.weights, platform=platform)
+    artifact._weight_readers = loaded.readers
     return artifact.attach_weights(weights) if weights is not None else artifact

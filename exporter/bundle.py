@@ -9,14 +9,16 @@
                          dtype with ``"file": null``; ``load_artifact(path, weights=...)`` attaches them)
 
 ``save_bundle`` writes the folder atomically; ``load_bundle`` checks every file
-against the manifest before it uses any of them.
+against the manifest before it uses any of them. A bundle over a device mesh records it and each tensor's
+sharding in the signature (and the mesh at the manifest's top level); ``load_bundle(local_shards=True)`` reads
+no weight, but gives a reader per weight that reads only the slices asked for (a process's own shards).
 """
 from __future__ import annotations
 
 import hashlib
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import safetensors
@@ -26,6 +28,7 @@ from jaxlib.mlir.dialects import stablehlo
 
 from stablehlo_ir.mlir_context import make_context
 from stablehlo_ir.passes import portable_artifact
+from stablehlo_ir.dtypes import to_numpy
 from stablehlo_ir.specs import DTYPES_BY_NAME, dtype_name
 
 from .errors import BundleError, BundleVersionError
@@ -48,6 +51,20 @@ class Bundle:
     signature: Signature
     weights: dict[str, torch.Tensor]   # every weight name, aliases included
     manifest: dict
+    readers: dict[str, "SliceReader"] = field(default_factory=dict)  # with local_shards: by weight name
+
+
+class SliceReader:
+    """One stored weight, read slice by slice (``reader[index]``, a tuple of slices, as numpy): only the parts
+    of the file a process's devices hold are read."""
+
+    def __init__(self, file: Path, name: str, shape):
+        self.file, self.name, self.shape = file, name, tuple(shape)
+
+    def __getitem__(self, index: tuple):
+        with safetensors.safe_open(str(self.file), framework="pt") as handle:
+            part = handle.get_slice(self.name)[index] if self.shape else handle.get_tensor(self.name)
+        return to_numpy(part)
 
 
 def save_bundle(path: str | os.PathLike, stablehlo_text: str, signature: Signature,
@@ -81,7 +98,7 @@ def save_bundle(path: str | os.PathLike, stablehlo_text: str, signature: Signatu
                 bar.update(sum(nbytes(stored[name]) for name in names))
         manifest = {"format": FORMAT, "format_version": FORMAT_VERSION, "stablehlo_version": version,
                     "stablehlo_target": target_version, **producer_versions(),
-                    "signature": signature.to_json(), "weights": index,
+                    "signature": signature.to_json(), "mesh": signature.mesh, "weights": index,
                     "weight_aliases": {name: target for name, target in aliases.items() if name != target},
                     "files": {file.name: {"bytes": file.stat().st_size, "sha256": _sha256(file)}
                               for file in sorted(staging.iterdir())}}
@@ -109,14 +126,23 @@ def _shards(tensors: dict[str, torch.Tensor], shard_bytes: int) -> dict[str, lis
     return {f"weights-{i:05d}-of-{len(groups):05d}.safetensors": names for i, names in enumerate(groups, 1)}
 
 
-def load_bundle(path: str | os.PathLike) -> Bundle:
-    """Read a bundle, after checking its format, StableHLO version and every file's size and checksum."""
+def load_bundle(path: str | os.PathLike, *, local_shards: bool = False) -> Bundle:
+    """Read a bundle, after checking its format, StableHLO version and every file's size and checksum.
+    ``local_shards``: the weights stay in their files (placeholders of their shape and dtype), each with a
+    ``SliceReader``."""
     path = Path(path)
     manifest = load_manifest(path)
     for name in sorted(set(manifest["files"]) | _weight_files(manifest)):
         checked_file(path, manifest, name)
-    return Bundle(_read_module(path / MODULE_PORTABLE), Signature.from_json(manifest["signature"]),
-                  _read_weights(path, manifest), manifest)
+    module, signature = _read_module(path / MODULE_PORTABLE), Signature.from_json(manifest["signature"])
+    if not local_shards:
+        return Bundle(module, signature, _read_weights(path, manifest), manifest)
+    records = {name: manifest["weights"][manifest["weight_aliases"].get(name, name)]
+               for name in [*manifest["weights"], *manifest["weight_aliases"]]}
+    weights = {name: placeholder(r["shape"], DTYPES_BY_NAME[r["dtype"]]) for name, r in records.items()}
+    readers = {name: SliceReader(path / r["file"], manifest["weight_aliases"].get(name, name), r["shape"])
+               for name, r in records.items() if r["file"] is not None}
+    return Bundle(module, signature, weights, manifest, readers)
 
 
 def load_manifest(path: str | os.PathLike) -> dict:

@@ -42,3 +42,7 @@ class BundleVersionError(BundleError):
 class WeightsError(ValueError):
     """A weightless artifact cannot run yet, or the weights offered to it do not fit: names every weight
     missing from the source or found there with another shape or dtype."""
+
+
+class ShardingError(ExportError, ValueError):
+    """A ``mesh`` or ``shardings`` that cannot work: names the tensor, the axis or dim and what would be right."""

@@ -24,6 +24,7 @@ from aten_lowerings.mlir_types import tensor_type
 from aten_lowerings.registry import lowering_for, op_name
 from aten_lowerings.sampling import seeded_key
 from stablehlo_ir.refine import ShapeRefinementError, refine_shapes
+from stablehlo_ir.sharding import argument_attributes, declare_mesh, replicated_results
 
 from .errors import LoweringError
 from .locations import LocationCache, describe
@@ -64,6 +65,9 @@ class GraphLowering:
                 function = func.FuncOp(function_name, (arg_types, []))
                 function.attributes["sym_visibility"] = ir.StringAttr.get("public")
                 block = function.add_entry_block(arg_locs=[ir.Location.name(slot.tensor.name) for slot in slots])
+            if self.signature.mesh:  # SPMD: the mesh, and each argument's sharding (see stablehlo_ir.sharding)
+                declare_mesh(module, self.signature.mesh)
+                function.arg_attrs = argument_attributes(self.signature.main_shardings)
             argument_of = {}
             for slot, argument in zip(slots, block.arguments):
                 if slot.kind == "rng_seed":
@@ -81,6 +85,8 @@ class GraphLowering:
                 func.ReturnOp(results)
             function.attributes["function_type"] = ir.TypeAttr.get(
                 ir.FunctionType.get(arg_types, [r.type for r in results]))
+            if self.signature.mesh:
+                function.res_attrs = replicated_results([r.type for r in results])
             try:
                 module.operation.verify()
             except ir.MLIRError as error:  # a rule emitted an invalid op: say which, not just "parse failed" later

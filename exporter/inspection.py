@@ -1,4 +1,5 @@
-"""What a module or a bundle holds: op histogram, signature, versions, weight sizes."""
+"""What a module or a bundle holds: op histogram, signature (with the mesh and each tensor's sharding),
+versions, weight sizes."""
 from __future__ import annotations
 
 import os
@@ -41,6 +42,7 @@ def bundle_report(path: str | os.PathLike, top: int = 10) -> dict:
         "path": str(path),
         "versions": {key: manifest.get(key) for key in VERSION_KEYS},
         "signature": manifest["signature"],
+        "mesh": manifest.get("mesh"),
         "ops": dict(histogram.most_common()),
         "weights": {"count": len(weights), "aliases": len(manifest["weight_aliases"]),
                     "bytes": sum(record["bytes"] for record in weights.values()),

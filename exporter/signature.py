@@ -14,6 +14,7 @@ from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
 from aten_lowerings.sampling import RNG_SEED_DTYPE, RNG_SEED_NAME, uses_random
 from stablehlo_ir.dtypes import uncarried
+from stablehlo_ir.sharding import Spec, normalize_spec, num_devices, spec_text
 from stablehlo_ir.specs import TensorSpec, dtype_name
 from runtime.validation import InputError
 
@@ -30,15 +31,19 @@ class InputSlot:
     target: str | None
     tensor: TensorSpec | None      # None for a non-tensor input that export specialised
     value: object = None           # that specialised value
+    sharding: Spec | None = None   # per dim, the mesh axes it is split over (None: left to XLA's propagation)
 
     def to_json(self) -> dict:
         return {"name": self.name, "kind": self.kind, "target": self.target, "value": self.value,
-                "tensor": self.tensor.to_json() if self.tensor else None}
+                "tensor": self.tensor.to_json() if self.tensor else None,
+                "sharding": [list(axes) for axes in self.sharding] if self.sharding is not None else None}
 
     @classmethod
     def from_json(cls, data: dict) -> "InputSlot":
         tensor = TensorSpec.from_json(data["tensor"]) if data["tensor"] else None
-        return cls(data["name"], data["kind"], data["target"], tensor, data["value"])
+        sharding = data.get("sharding")
+        return cls(data["name"], data["kind"], data["target"], tensor, data["value"],
+                   normalize_spec(sharding) if sharding is not None else None)
 
 
 @dataclass(frozen=True)
@@ -82,6 +87,7 @@ class Signature:
     # data-dependent sizes (torch's u0, ...) of output dims: @main returns them, in this order, after its
     # outputs (as 0-d int64), and the outputs come back padded along those dims (see ``output_values``)
     sizes: list[str] = field(default_factory=list)
+    mesh: dict[str, int] | None = None  # device mesh (axis -> size) @main is partitioned over; None: one device
     _trees: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -96,6 +102,21 @@ class Signature:
     def main_inputs(self) -> list[InputSlot]:
         """``@main``'s arguments, in order: the tensor inputs (weights, then user inputs), then ``rng_seed``."""
         return [s for s in self.inputs if s.tensor is not None]
+
+    @property
+    def main_shardings(self) -> list[Spec | None]:
+        """Each ``@main`` argument's sharding (None: not given, left to XLA's propagation)."""
+        return [s.sharding for s in self.main_inputs]
+
+    def sharded(self, mesh: dict[str, int], specs: dict[str, Spec]) -> "Signature":
+        """This signature over ``mesh``, with the input and weight slots named in ``specs`` split as they say."""
+        inputs = [dataclasses.replace(s, sharding=specs[s.name]) if s.name in specs else s for s in self.inputs]
+        return dataclasses.replace(self, inputs=inputs, mesh=dict(mesh))  # the loaded pytree specs shared
+
+    @property
+    def num_devices(self) -> int:
+        """How many devices ``@main`` runs on (SPMD over the mesh's devices)."""
+        return num_devices(self.mesh)
 
     @property
     def takes_rng_seed(self) -> bool:
@@ -173,24 +194,35 @@ class Signature:
     def to_json(self) -> dict:
         return {"inputs": [s.to_json() for s in self.inputs],
                 "outputs": [s.to_json() for s in self.outputs],
-                "in_spec": self.in_spec, "out_spec": self.out_spec, "dims": self.dims, "sizes": self.sizes}
+                "in_spec": self.in_spec, "out_spec": self.out_spec, "dims": self.dims, "sizes": self.sizes,
+                "mesh": self.mesh}
 
     @classmethod
     def from_json(cls, data: dict) -> "Signature":
         return cls([InputSlot.from_json(s) for s in data["inputs"]],
                    [OutputSlot.from_json(s) for s in data["outputs"]],
-                   data["in_spec"], data["out_spec"], data["dims"], data.get("sizes", []))
+                   data["in_spec"], data["out_spec"], data["dims"], data.get("sizes", []),
+                   data.get("mesh"))
 
     def __str__(self) -> str:
-        lines = ["inputs:"]
-        lines += [f"  {s.tensor.name}: {s.tensor.dtype}{list(s.tensor.shape)}" for s in self.user_inputs if s.tensor]
+        lines = [f"mesh: {self.mesh} ({self.num_devices} devices)"] if self.mesh else []
+        lines.append("inputs:")
+        lines += [f"  {s.tensor.name}: {s.tensor.dtype}{list(s.tensor.shape)}{_sharding_note(s)}"
+                  for s in self.user_inputs if s.tensor]
         lines += [f"  {name} in [{low}, {'inf' if high is None else high}]" for name, (low, high) in self.dims.items()]
-        lines.append(f"weights: {len(self.weights)} tensors")
+        sharded = [s for s in self.weights if s.sharding is not None]
+        lines.append(f"weights: {len(self.weights)} tensors" + (
+            f" ({len(sharded)} sharded; the others as XLA's propagation decides)" if self.mesh else ""))
+        lines += [f"  {s.name}: {s.tensor.dtype}{list(s.tensor.shape)}{_sharding_note(s)}" for s in sharded]
         lines.append("outputs:")
         lines += [f"  {s.tensor.name}: {s.scalar or s.tensor.dtype}{'' if s.scalar else list(s.tensor.shape)}"
                   if s.tensor else f"  constant: {s.value!r}" for s in self.user_outputs]
         lines += [f"  updates input {s.target}" for s in self.outputs if s.kind == "user_input_mutation"]
         return "\n".join(lines)
+
+
+def _sharding_note(slot: InputSlot) -> str:
+    return f"  sharded {spec_text(slot.sharding)}" if slot.sharding is not None else ""
 
 
 _INPUT_KINDS = {InputKind.PARAMETER: "parameter", InputKind.BUFFER: "buffer",

@@ -3,7 +3,7 @@
 Both take ``@main`` as it is: one public function, weights first, no platform
 index argument, no tokens. That is calling convention 9 (``jax.export`` reads
 9 and 10, TensorFlow 2.21's XlaCallModule up to 10; 10 only adds Shardy shardings,
-which a single-device module does not use).
+which a single-device module does not use; a partitioned one is 10).
 """
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from .signature import Signature
 from .versions import resolve_target_version
 
 CALLING_CONVENTION_VERSION = 9
+SHARDY_CALLING_CONVENTION_VERSION = 10  # a module partitioned over a mesh (sdy.mesh, sdy.sharding)
 # tells XlaCallModule (and jax) to refine the module's symbolic shapes from the actual inputs
 SHAPE_POLYMORPHISM_ATTR = "jax.uses_shape_polymorphism"
 # their refinement (stablehlo-refine-shapes) refines called functions but not a composite's decomposition

@@ -2,6 +2,7 @@
 
 Global JAX config is never changed: 64-bit inputs are placed on the device
 inside ``jax.enable_x64`` (a scoped setting) so int64/float64 stay 64-bit.
+A module partitioned over a device mesh runs SPMD on its devices (see ``runtime.spmd``).
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from jax.extend.backend import get_backend
 from stablehlo_ir.passes import prepare_for_xla
 from stablehlo_ir.refine import refine_shapes, shapes_key
 
+from . import spmd
 from .compile_cache import CompileCache
 
 _COMPILED: dict[tuple[str, str], object] = {}
@@ -52,31 +54,37 @@ class Executable:
 
     A module with symbolic (``?``) dims is compiled once per ``arg_shapes`` (the static shape of every
     ``@main`` argument for one call): it is refined to those shapes first (``stablehlo_ir.refine``), and the
-    fingerprint is the module's and the shapes' together, so a cache hit refines nothing."""
+    fingerprint is the module's and the shapes' together, so a cache hit refines nothing.
 
-    def __init__(self, mlir_text: str, platform: str = "cpu", arg_shapes: Sequence[Sequence[int]] | None = None):
+    With ``mesh`` (axis -> size, the module's ``sdy.mesh``) it is compiled for SPMD over that many devices (the
+    mesh is part of the key); ``MeshError`` if the client has fewer."""
+
+    def __init__(self, mlir_text: str, platform: str = "cpu", arg_shapes: Sequence[Sequence[int]] | None = None,
+                 mesh: spmd.MeshAxes | None = None):
         self.platform = platform
         self.client = client(platform)
-        self.device = self.client.devices()[0]
+        self.mesh = device_mesh(platform, tuple(mesh.items())) if mesh else None
+        self.devices = list(self.mesh.devices.flat) if mesh else [self.client.devices()[0]]
         module_fingerprint = fingerprint(mlir_text)
-        if arg_shapes is not None:
-            module_fingerprint = fingerprint(f"{module_fingerprint}\0{shapes_key(arg_shapes)}")
+        if arg_shapes is not None or mesh:
+            module_fingerprint = fingerprint(f"{module_fingerprint}\0{shapes_key(arg_shapes or [])}\0{mesh}")
         key = (module_fingerprint, platform)
         with _COMPILE_LOCK:
             if key not in _COMPILED:
                 _COMPILED[key] = self._load_or_compile(mlir_text, key[0], arg_shapes)
         self._loaded = _COMPILED[key]
+        self._layouts = None
 
     def _load_or_compile(self, mlir_text: str, module_fingerprint: str, arg_shapes=None):
         cache = CompileCache.from_environment()
-        options = compile_options()
+        options = compile_options() if self.mesh is None else spmd.compile_options(compile_options(), self.mesh)
         cache_key = CompileCache.key(module_fingerprint, self.client, options) if cache else None
-        executable = cache.load(cache_key, self.client, [self.device]) if cache else None
+        executable = cache.load(cache_key, self.client, self.devices) if cache else None
         if executable is not None:
             STATS["disk_hits"] += 1
             return executable
         refine = None if arg_shapes is None else (lambda text: refine_shapes(text, arg_shapes))
-        executable = self.client.compile_and_load(prepare_for_xla(mlir_text, refine), [self.device], options)
+        executable = self.client.compile_and_load(prepare_for_xla(mlir_text, refine), self.devices, options)
         STATS["compiled"] += 1
         if cache:
             try:
@@ -85,20 +93,57 @@ class Executable:
                 pass
         return executable
 
-    def put(self, arrays: Sequence[np.ndarray]) -> list:
-        """Transfer host arrays to this executable's device (e.g. once, for weights)."""
-        return put(arrays, self.platform)
+    def put(self, arrays: Sequence, first: int = 0) -> list:
+        """Transfer host arrays, this executable's arguments ``first``, ``first + 1``, ..., to its device; over a
+        mesh, split as the compiled program takes them, each device getting its shard only (there an array may
+        be anything with ``shape`` whose ``[index]`` reads one shard as numpy, e.g. a lazy reader of a weights
+        file: only this process's shards are read)."""
+        if self.mesh is None:
+            return put(arrays, self.platform)
+        return [spmd.place(a.shape, layout, a.__getitem__) for a, layout in zip(arrays, self.layouts[first:])]
+
+    def holds(self, argument: int, array) -> bool:
+        """Whether a placed ``array`` is laid out as this executable takes ``argument`` (so can be reused)."""
+        if self.mesh is None:
+            return True
+        return array.sharding.is_equivalent_to(self.layouts[argument], array.ndim)
+
+    @property
+    def layouts(self) -> list:
+        """Over a mesh, the sharding of each argument as the compiled program takes it."""
+        if self._layouts is None:
+            self._layouts = spmd.parameter_layouts(self._loaded, self.mesh)
+        return self._layouts
+
+    @property
+    def loaded(self):
+        """The compiled ``LoadedExecutable`` (its HLO, memory figures, shardings)."""
+        return self._loaded
 
     def execute(self, device_arrays: Sequence) -> list[np.ndarray]:
+        if self.mesh is not None:
+            return spmd.execute(self._loaded, device_arrays)
         outputs = self._loaded.execute(list(device_arrays))
         return [np.asarray(o) for o in outputs]
 
 
-def put(arrays: Sequence[np.ndarray], platform: str = "cpu") -> list:
-    """Transfer host arrays to the platform's first device (where every Executable of it runs)."""
+def put(arrays: Sequence[np.ndarray], platform: str = "cpu", mesh: spmd.MeshAxes | None = None,
+        specs: Sequence | None = None) -> list:
+    """Transfer host arrays to the platform's first device (where every single-device Executable runs); with
+    ``mesh``, split over its devices as ``specs`` say (one per array; None: replicated), each device getting
+    only its shard."""
+    if mesh:
+        devices = device_mesh(platform, tuple(mesh.items()))
+        return [spmd.place(a.shape, spmd.sharding(devices, spec), a.__getitem__) for a, spec in zip(arrays, specs)]
     device = client(platform).devices()[0]
     with jax.enable_x64(True):
         return [jax.device_put(a, device) for a in arrays]
+
+
+@lru_cache(maxsize=None)
+def device_mesh(platform: str, axes: tuple[tuple[str, int], ...]) -> jax.sharding.Mesh:
+    """The platform's devices laid out as the mesh ``axes`` (see ``spmd.device_mesh``)."""
+    return spmd.device_mesh(client(platform), dict(axes))
 
 
 def compiled_count() -> int:

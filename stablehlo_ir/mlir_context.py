@@ -1,11 +1,11 @@
-"""MLIR contexts with the dialects our modules use (func, stablehlo, chlo, quant)."""
+"""MLIR contexts with the dialects our modules use (func, stablehlo, chlo, quant, sdy for shardings)."""
 from __future__ import annotations
 
 from functools import lru_cache
 
 from jaxlib.mlir import ir
 from jaxlib.mlir._mlir_libs import _jax_mlir_ext
-from jaxlib.mlir.dialects import chlo, stablehlo
+from jaxlib.mlir.dialects import chlo, sdy, stablehlo
 
 # jaxlib's bindings do not register the quant dialect (``!quant.uniform`` types), but
 # deserializing a portable artifact that uses a quant type loads it into the context.
@@ -29,5 +29,6 @@ def make_context() -> ir.Context:
     context.load_all_available_dialects()
     stablehlo.register_dialect(context)
     chlo.register_dialect(context)
+    sdy.register_dialect(context)
     stablehlo.deserialize_portable_artifact(context, _quant_probe_artifact())  # loads the quant dialect
     return context

@@ -34,14 +34,18 @@ def run_pipeline(module: ir.Module, pipeline: str) -> ir.Module:
 def portable_artifact(mlir_text: str, target_version: str) -> bytes:
     """Serialize a module as a versioned StableHLO portable artifact, chlo expanded into StableHLO (with dynamic
     shapes, the shape computations that expansion emits too). Should some op still be outside StableHLO, the
-    module is serialized with its chlo ops kept, as jax.export does (chlo passes through, unversioned)."""
+    module is serialized with its chlo ops kept, as jax.export does (chlo passes through, unversioned); so is
+    a module partitioned over a mesh, its Shardy ops and attributes kept as they are (jax.export's "mixed"
+    serialization: ``sdy`` passes through too)."""
     with make_context():
         module = run_pipeline(ir.Module.parse(mlir_text), LEGALIZE_CHLO)
         if _foreign_ops(module):
             run_pipeline(module, LEGALIZE_SHAPES)
-        if not _foreign_ops(module):
+        foreign = _foreign_ops(module)
+        if not foreign:
             return stablehlo.serialize_portable_artifact(module, target_version)
-    return _jax.mlir.serialize_portable_artifact(mlir_text, target_version)
+    sharded = any(name.startswith("sdy.") for name in foreign)
+    return _jax.mlir.serialize_portable_artifact(mlir_text, target_version, sharded)
 
 
 _PORTABLE_DIALECTS = ("builtin.", "func.", "stablehlo.", "chlo.", "quant.")
