@@ -3,32 +3,15 @@ versions, weight sizes."""
 from __future__ import annotations
 
 import os
-from collections import Counter
 from pathlib import Path
 
-from jaxlib.mlir import ir
-
-from stablehlo_ir.mlir_context import make_context
+from stablehlo_ir.op_counts import op_histogram
 
 from . import bundle
 from .signature import Signature
 
 VERSION_KEYS = ("format_version", "stablehlo_version", "stablehlo_target", "producer", "producer_version",
                 "torch_version", "jaxlib_version")
-
-
-def op_histogram(mlir_text: str) -> Counter:
-    """How many times each operation occurs in the module, nested regions included (the module itself not)."""
-    counts: Counter = Counter()
-
-    def visit(op):
-        counts[op.name] += 1
-        return ir.WalkResult.ADVANCE
-
-    with make_context() as context:
-        ir.Module.parse(mlir_text, context).operation.walk(visit)
-    del counts["builtin.module"]
-    return counts
 
 
 def bundle_report(path: str | os.PathLike, top: int = 10) -> dict:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import re
 import shutil
 import sys
 import tempfile
@@ -24,7 +23,7 @@ from pathlib import Path
 import torch
 
 from exporter import export_to_stablehlo, load_artifact
-from exporter.inspection import op_histogram
+from stablehlo_ir.op_counts import count_ops
 
 from . import store, zoo
 
@@ -61,14 +60,6 @@ class Result:
         text = (f"{self.name}: {self.status}: max abs error {self.max_abs:.3e}, max rel error "
                 f"{self.max_rel:.3e} ({bound})")
         return text + (f"; {self.error}" if self.error else "")
-
-
-_OP_NAME = re.compile(r"^(stablehlo|chlo)\.")
-
-
-def count_ops(stablehlo_text: str) -> int:
-    """StableHLO (and CHLO) operations in the module, including those nested in regions (e.g. reduce bodies)."""
-    return sum(count for name, count in op_histogram(stablehlo_text).items() if _OP_NAME.match(name))
 
 
 def verify_one(name: str, *, artifact_dir: str | Path | None = None, built: zoo.Built | None = None) -> Result:

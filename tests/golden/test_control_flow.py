@@ -6,7 +6,7 @@ from torch import nn
 
 from exporter import export_to_stablehlo, scan_layers
 from golden.control_flow import decoder
-from golden.verify import count_ops
+from stablehlo_ir.op_counts import count_ops
 
 
 def test_scan_layers_matches_the_python_loop_in_eager():

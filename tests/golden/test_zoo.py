@@ -13,7 +13,8 @@ import torch
 
 from golden import store, zoo
 from golden.regenerate import run_eager
-from golden.verify import ERROR, PASS, count_ops, main, verify_one
+from golden.verify import ERROR, PASS, main, verify_one
+from stablehlo_ir.op_counts import count_ops
 
 # eager vs eager on the same inputs: only thread-count / CPU-kernel differences are allowed
 EAGER_TOLERANCE = 1e-5
