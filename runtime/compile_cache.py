@@ -15,6 +15,7 @@ Location: ``$TORCH_STABLEHLO_CACHE_DIR`` (``off`` disables the cache), else
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import tempfile
 from pathlib import Path
@@ -41,11 +42,32 @@ class CompileCache:
         return cls(directory, int(os.environ.get(MAX_BYTES_VARIABLE, DEFAULT_MAX_BYTES)))
 
     @staticmethod
-    def key(module_fingerprint: str, client, compile_options=None) -> str:
-        """``compile_options``: the ``CompileOptions`` the executable is compiled with (None: the defaults)."""
-        parts = (module_fingerprint, client.platform, client.platform_version, jaxlib.__version__,
-                 canonical_options(compile_options))
-        return hashlib.sha256("\0".join(parts).encode()).hexdigest()
+    def key_parts(module_fingerprint: str, client, compile_options=None) -> dict[str, str]:
+        """What an entry's key covers, by name; ``compile_options``: the ``CompileOptions`` the executable is
+        compiled with (None: the defaults)."""
+        return {"module": module_fingerprint, "platform": client.platform,
+                "platform version": client.platform_version, "jaxlib version": jaxlib.__version__,
+                "compile options": canonical_options(compile_options)}
+
+    @classmethod
+    def key(cls, module_fingerprint: str, client, compile_options=None) -> str:
+        """The entry's name: a digest of its ``key_parts``."""
+        return digest(cls.key_parts(module_fingerprint, client, compile_options))
+
+    def explain_miss(self, parts: dict[str, str]) -> str:
+        """Why no entry matches ``parts``: the key parts an entry for the same module was stored with that
+        differ, or that no entry holds this module."""
+        differing = []
+        for stored in self.directory.glob(".*.parts.json"):
+            try:
+                other = json.loads(stored.read_text())
+            except (OSError, ValueError):
+                continue
+            if other.get("module") == parts["module"]:
+                differing.append(", ".join(name for name in parts if other.get(name) != parts[name]))
+        if differing:
+            return f"the entry for this module differs in: {min(differing, key=len)}"
+        return "no entry for this module (never compiled with this cache, or evicted)"
 
     def load(self, key: str, client, devices):
         """The cached executable, or None (missing, corrupt or unloadable entries are removed)."""
@@ -66,12 +88,15 @@ class CompileCache:
         os.utime(path)  # most recently used
         return executable
 
-    def store(self, key: str, client, executable) -> None:
+    def store(self, parts: dict[str, str], client, executable) -> None:
+        """Write the entry for ``parts`` (and, beside it, the parts themselves, for ``explain_miss``)."""
+        key = digest(parts)
         payload = client.serialize_executable(executable)
         self.directory.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=self.directory, prefix=".tmp-", delete=False) as handle:
             handle.write(_MAGIC + hashlib.sha256(payload).digest() + payload)
         os.replace(handle.name, self.directory / key)
+        _parts_file(self.directory / key).write_text(json.dumps(parts))
         self._evict()
 
     def _evict(self) -> None:
@@ -88,7 +113,16 @@ class CompileCache:
             if total <= self.max_bytes:
                 break
             path.unlink(missing_ok=True)
+            _parts_file(path).unlink(missing_ok=True)
             total -= size
+
+
+def digest(parts: dict[str, str]) -> str:
+    return hashlib.sha256("\0".join(parts.values()).encode()).hexdigest()
+
+
+def _parts_file(entry: Path) -> Path:
+    return entry.with_name(f".{entry.name}.parts.json")
 
 
 def canonical_options(compile_options=None) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
+import time
 from functools import lru_cache
 from typing import Sequence
 
@@ -19,7 +20,8 @@ from stablehlo_ir.passes import prepare_for_xla
 from stablehlo_ir.refine import refine_shapes, shapes_key
 
 from . import spmd
-from .compile_cache import CompileCache
+from .analysis import ANALYSIS
+from .compile_cache import CompileCache, digest
 
 _COMPILED: dict[tuple[str, str], object] = {}
 _COMPILE_LOCK = threading.Lock()
@@ -66,6 +68,8 @@ class Executable:
         self.mesh = device_mesh(platform, tuple(mesh.items())) if mesh else None
         self.devices = list(self.mesh.devices.flat) if mesh else [self.client.devices()[0]]
         module_fingerprint = fingerprint(mlir_text)
+        self.module = module_fingerprint[:12]  # names the module in the analysis (runtime.analysis)
+        self.shapes = shapes_key(arg_shapes) if arg_shapes is not None else "static"
         if arg_shapes is not None or mesh:
             module_fingerprint = fingerprint(f"{module_fingerprint}\0{shapes_key(arg_shapes or [])}\0{mesh}")
         key = (module_fingerprint, platform)
@@ -76,21 +80,27 @@ class Executable:
         self._layouts = None
 
     def _load_or_compile(self, mlir_text: str, module_fingerprint: str, arg_shapes=None):
+        start, cause = time.perf_counter(), ANALYSIS.cause(self.module, self.shapes)
         cache = CompileCache.from_environment()
         options = compile_options() if self.mesh is None else spmd.compile_options(compile_options(), self.mesh)
-        cache_key = CompileCache.key(module_fingerprint, self.client, options) if cache else None
-        executable = cache.load(cache_key, self.client, self.devices) if cache else None
+        parts = CompileCache.key_parts(module_fingerprint, self.client, options)
+        executable = cache.load(digest(parts), self.client, self.devices) if cache else None
         if executable is not None:
             STATS["disk_hits"] += 1
-            return executable
-        refine = None if arg_shapes is None else (lambda text: refine_shapes(text, arg_shapes))
-        executable = self.client.compile_and_load(prepare_for_xla(mlir_text, refine), self.devices, options)
-        STATS["compiled"] += 1
-        if cache:
-            try:
-                cache.store(cache_key, self.client, executable)
-            except OSError:  # a read-only or full disk costs a compile next time, nothing more
-                pass
+            disk = "hit"
+        else:
+            refine = None if arg_shapes is None else (lambda text: refine_shapes(text, arg_shapes))
+            executable = self.client.compile_and_load(prepare_for_xla(mlir_text, refine), self.devices, options)
+            STATS["compiled"] += 1
+            disk = "off" if not cache else f"miss ({cache.explain_miss(parts)})" if ANALYSIS.enabled else "miss"
+            if cache:
+                try:
+                    cache.store(parts, self.client, executable)
+                    disk += ", written"
+                except OSError:  # a read-only or full disk costs a compile next time, nothing more
+                    disk += ", not written"
+        if ANALYSIS.enabled:
+            ANALYSIS.compiled(mlir_text, self.module, self.shapes, cause, disk, time.perf_counter() - start)
         return executable
 
     def put(self, arrays: Sequence, first: int = 0) -> list:
@@ -121,10 +131,14 @@ class Executable:
         return self._loaded
 
     def execute(self, device_arrays: Sequence) -> list[np.ndarray]:
+        start = time.perf_counter()
         if self.mesh is not None:
-            return spmd.execute(self._loaded, device_arrays)
-        outputs = self._loaded.execute(list(device_arrays))
-        return [np.asarray(o) for o in outputs]
+            outputs = spmd.execute(self._loaded, device_arrays)
+        else:
+            outputs = [np.asarray(o) for o in self._loaded.execute(list(device_arrays))]
+        if ANALYSIS.enabled:
+            ANALYSIS.executed(self.module, self.shapes, time.perf_counter() - start)
+        return outputs
 
 
 def put(arrays: Sequence[np.ndarray], platform: str = "cpu", mesh: spmd.MeshAxes | None = None,
