@@ -148,3 +148,23 @@ def test_the_artifact_still_agrees_where_the_bisect_finds_nothing():
     """The bisect's module is the artifact's plus extra results: the same outputs come first."""
     model, x = ExpMLP().eval(), torch.randn(4, 8)
     torch.testing.assert_close(export_to_stablehlo(model, (x,))(x), model(x))
+
+
+class Branchy(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        h = self.fc(x)
+        return torch.cond(h.sum() > 0, lambda t: torch.tanh(t), lambda t: torch.sigmoid(t), (h,))  # planted: cond
+
+
+def test_a_wrong_op_inside_a_branch_is_blamed_on_its_cond(monkeypatch):
+    """Nested graphs are compared where they return: the cond that holds the wrong tanh is named."""
+    model, x = Branchy().eval(), torch.randn(4, 8)
+    branch = "true" if model.fc(x).sum() > 0 else "false"
+    plant(monkeypatch, aten.tanh.default if branch == "true" else aten.sigmoid.default,
+          lowering_for(aten.exp.default))
+    report = find_divergence(model, (x,))
+    assert (report.op, report.source) == ("cond", line_of("planted: cond"))
