@@ -223,7 +223,7 @@ def committed_failures(report: dict) -> list[str]:
 def sweep_sample(report: dict) -> list[str]:
     """The fixed sample of OpInfo entries ``make test`` re-sweeps: every entry with a committed failure, then
     a greedy cover of ``sample_targets`` (each step takes the entry reaching the most targets not yet
-    reached per sample it sweeps; ties by name). Deterministic: a function of the report alone."""
+    reached per sample it sweeps; ties by name). Deterministic: a function of the report (and of which module registers each lowering)."""
     reaches = sample_targets(report)
     cost = {name: sum(len(letters) for p in PASSES for letters in entry[p].values()) or 1
             for name, entry in report["opinfo"].items()}

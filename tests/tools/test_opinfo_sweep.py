@@ -6,7 +6,8 @@ it with ``make coverage``); every other difference fails.
 
 Which entries are swept: re-sweeping all ~700 op_db entries (static and dynamic passes) takes most of an
 hour of CPU, so ``make test`` checks a fixed sample, ``tools.coverage.sweep_sample(report)``, computed from
-the committed report alone (no randomness; the same sample on every run until the report changes):
+the committed report (and, for families, the module registering each lowering): no randomness, the same
+sample on every run until the report changes. It holds
 
 - every entry with a sample the report records as failed or errored, in either pass;
 - then a greedy cover, cheapest first per new target, of: every core ATen overload in every dtype in which a
@@ -17,10 +18,13 @@ the committed report alone (no randomness; the same sample on every run until th
 
 Each sampled entry is swept exactly as in the full sweep (every sample, both passes) and compared with the
 report by the same rule. Why that is enough: a lowering is a function of the overload and the dtype, so a
-regression in any lowering, decomposition or dtype path the sweep exercises shows in at least one sampled
-entry; the committed failures are all rechecked, so none can change unnoticed; the entries left out only
-reach op x dtype pairs that sampled entries reach too. ``test_sample_covers_the_report`` checks those
-claims against the report. The full sweep stays available: ``pytest --full-sweep`` (or
+regression in a core op's lowering in any dtype the sweep exercises shows in at least one sampled entry;
+the committed failures are all rechecked, so none can change unnoticed; every lowering module is entered.
+What only the full sweep sees: non-core overloads with a rule of their own (special functions, linalg
+variants, ...) that only left-out entries reach (their unit tests under tests/aten_lowerings still run),
+and left-out entries' other sample shapes. Covering every lowered overload x dtype too would take about
+twice the entries (374), so it is left to ``--full-sweep``. ``test_sample_covers_the_report`` checks the
+claims above against the report. The full sweep stays available: ``pytest --full-sweep`` (or
 ``TORCH_STABLEHLO_FULL_SWEEP=1``) checks every entry, ``make coverage`` regenerates the report."""
 from __future__ import annotations
 
