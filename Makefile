@@ -1,10 +1,13 @@
 # `make demo` and `make test` each set up .venv (torch pinned by constraints.txt) and run.
+# `make test` checks a fixed sample of the OpInfo sweep (tests/tools/test_opinfo_sweep.py) and prints the slowest
+# tests and the time per test directory; `make test-full` checks every OpInfo entry (most of an hour on 2 cores);
+# `make coverage` re-sweeps everything and regenerates docs/coverage.md and docs/coverage.json.
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test golden bench bench-large clean
+.PHONY: demo test test-full coverage golden bench bench-large clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -15,7 +18,13 @@ demo: $(STAMP)
 	$(PY) -m golden.demo
 
 test: $(STAMP)
-	$(PY) -m pytest -n auto --dist loadgroup -q
+	$(PY) -m pytest -n auto --dist loadgroup -q --durations=25
+
+test-full: $(STAMP)
+	$(PY) -m pytest -n auto --dist loadgroup -q --durations=25 --full-sweep
+
+coverage: $(STAMP)
+	$(PY) -m tools coverage
 
 golden: $(STAMP)
 	$(PY) -m golden.regenerate

@@ -1,9 +1,29 @@
 """Test distribution under ``pytest -n auto --dist loadgroup``: each test module stays on one worker (its
 module fixtures, such as exported golden models, are built once), except the OpInfo sweep, whose hundreds
-of independent tests spread over every worker."""
+of independent tests spread over every worker.
+
+``--full-sweep`` (or ``TORCH_STABLEHLO_FULL_SWEEP=1``) makes ``tests/tools/test_opinfo_sweep.py`` check every
+OpInfo entry instead of its fixed sample (see that module). At the end of a session the time spent per test
+directory (setup, call and teardown, summed over workers) is printed."""
+import os
+from collections import defaultdict
+from pathlib import PurePosixPath
+
 import pytest
 
 SPREAD = {"test_opinfo_sweep.py"}
+_SECONDS = defaultdict(float)
+_COUNTS = defaultdict(set)
+
+
+def pytest_addoption(parser):
+    parser.addoption("--full-sweep", action="store_true", default=False,
+                     help="OpInfo sweep: check every op_db entry against docs/coverage.json, not the fixed sample "
+                          "(also TORCH_STABLEHLO_FULL_SWEEP=1)")
+
+
+def full_sweep(config) -> bool:
+    return config.getoption("--full-sweep") or os.environ.get("TORCH_STABLEHLO_FULL_SWEEP", "") not in ("", "0")
 
 
 def pytest_configure(config):
@@ -15,3 +35,19 @@ def pytest_collection_modifyitems(items):
     for item in items:
         if item.path.name not in SPREAD:
             item.add_marker(pytest.mark.xdist_group(item.module.__name__))
+
+
+def pytest_runtest_logreport(report):
+    """Runs where the reports arrive (the controller under xdist): time per directory of test modules."""
+    directory = str(PurePosixPath(report.nodeid.split("::")[0]).parent)
+    _SECONDS[directory] += report.duration
+    _COUNTS[directory].add(report.nodeid)
+
+
+def pytest_terminal_summary(terminalreporter):
+    if not _SECONDS:
+        return
+    terminalreporter.section("time per test directory (summed over workers)")
+    for directory, seconds in sorted(_SECONDS.items(), key=lambda item: -item[1]):
+        terminalreporter.write_line(f"{seconds:8.1f}s  {len(_COUNTS[directory]):5d} tests  {directory}")
+    terminalreporter.write_line(f"{sum(_SECONDS.values()):8.1f}s  {sum(map(len, _COUNTS.values())):5d} tests  total")

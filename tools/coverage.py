@@ -45,7 +45,10 @@ def core_aten_ops() -> list[torch._ops.OpOverload]:
 def sweep_entry(name: str) -> dict:
     """Both passes of one OpInfo entry: ``{"static": {dtype: [SampleResult]}, "dynamic": {...}}``. The dynamic
     pass (dim 0 of every input symbolic) tests shapes, so it runs in one dtype: the first in which a static
-    sample passed (none: nothing to learn about dynamic dims)."""
+    sample passed (none: nothing to learn about dynamic dims). The dynamic pass exports again: a static
+    trace has every dim specialised and cannot be relaxed to symbolic dims afterwards, so torch.export must
+    re-trace; what the passes could share (the samples and their eager results) is a few percent of an
+    entry's cost next to export (about half) and XLA compilation (about a third)."""
     static = sweep_op(name)
     passing = [dtype for dtype, results in static.items() if any(r.status == "passed" for r in results)]
     return {"static": static, "dynamic": sweep_op(name, dynamic=True, dtypes=passing[:1]) if passing else {}}
@@ -91,7 +94,8 @@ def coverage(sweep: dict[str, dict]) -> dict:
                         "dynamic_core_ops": sum(row["dynamic"][0] > 0 and not any(row["dynamic"][1:]) for row in rows),
                         **{f"opinfo_{p}": _totals(sweep, p) for p in PASSES}},
             "ops": rows,
-            "opinfo": {name: {p: letters(entry[p]) for p in PASSES} for name, entry in sweep.items()},
+            "opinfo": {name: {**{p: letters(entry[p]) for p in PASSES}, "aten_ops": entry_ops(entry)}
+                       for name, entry in sweep.items()},
             "problems": [problem for name, entry in sweep.items() for problem in _problems(name, entry)],
             "quantized_forms": quantized,
             "higher_order": higher_order_ops()}
@@ -106,6 +110,13 @@ def higher_order_ops() -> list[dict]:
         doc = (rule.__doc__ or sys.modules[rule.__module__].__doc__) if rule is not None else ""
         rows.append({"op": name, "lowering": rule is not None, "becomes": " ".join(doc.split("\n\n")[0].split())})
     return rows
+
+
+def entry_ops(entry: dict) -> dict[str, dict[str, str]]:
+    """The ATen overloads (after our decompositions) that an entry's counted samples exercised, by pass and
+    dtype, space-separated: what ``tests/tools/test_opinfo_sweep.py`` picks its sample of entries by."""
+    return {p: {dtype: " ".join(sorted({op for r in samples if r.status in COUNTED for op in r.aten_ops}))
+                for dtype, samples in entry[p].items()} for p in PASSES}
 
 
 def _per_core_op(sweep: dict) -> dict[str, dict]:
@@ -202,6 +213,65 @@ def _yes(flag: bool) -> str:
 
 def _escape(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
+
+
+# -- the sample ``make test`` re-sweeps ----------------------------------------------------------
+
+def sample_targets(report: dict) -> dict[str, set]:
+    """What the sample must reach, from the report: every core ATen overload in every dtype a counted static
+    sample exercised it in (``("static", op, dtype)``), every core overload a counted dynamic sample
+    exercised (``("dynamic", op)``), every op family (``aten_lowerings`` module) whose lowerings a counted
+    sample reached (``("family", module)``); by the entries that reach each."""
+    core = {row["op"] for row in report["ops"]}
+    family = _families({op for entry in report["opinfo"].values()
+                        for p in PASSES for ops in entry["aten_ops"][p].values() for op in ops.split()})
+    targets: dict[str, set] = {}
+    for name, entry in report["opinfo"].items():
+        reached = targets.setdefault(name, set())
+        for p in PASSES:
+            for dtype, ops in entry["aten_ops"][p].items():
+                for op in ops.split():
+                    if op in core:
+                        reached.add(("static", op, dtype) if p == "static" else ("dynamic", op))
+                    if op in family:
+                        reached.add(("family", family[op]))
+    return targets
+
+
+def committed_failures(report: dict) -> list[str]:
+    """Entries with a sample the report records as failed or errored, in either pass."""
+    bad = {STATUS["failed"], STATUS["errored"]}
+    return sorted(name for name, entry in report["opinfo"].items()
+                  if any(bad & set(letters) for p in PASSES for letters in entry[p].values()))
+
+
+def sweep_sample(report: dict) -> list[str]:
+    """The fixed sample of OpInfo entries ``make test`` re-sweeps: every entry with a committed failure, then
+    a greedy cover of ``sample_targets`` (each step takes the entry reaching the most targets not yet
+    reached per sample it sweeps; ties by name). Deterministic: a function of the report (and of which module registers each lowering)."""
+    reaches = sample_targets(report)
+    cost = {name: sum(len(letters) for p in PASSES for letters in entry[p].values()) or 1
+            for name, entry in report["opinfo"].items()}
+    chosen = committed_failures(report)
+    reached = set().union(*(reaches[name] for name in chosen))
+    wanted = set().union(*reaches.values())
+    while reached != wanted:
+        best = max(sorted(set(reaches) - set(chosen)), key=lambda name: len(reaches[name] - reached) / cost[name])
+        chosen.append(best)
+        reached |= reaches[best]
+    return sorted(chosen)
+
+
+def _families(ops: set[str]) -> dict[str, str]:
+    """The ``aten_lowerings`` module registering the lowering of each of ``ops`` that has one."""
+    families = {}
+    for name in ops:
+        namespace, packet, overload = name.split(".")
+        op = getattr(getattr(getattr(torch.ops, namespace), packet, None), overload, None)
+        rule = lowering_for(op) if op is not None else None
+        if rule is not None and rule.__module__.startswith("aten_lowerings."):
+            families[name] = rule.__module__
+    return families
 
 
 def write_report(out_dir: str | os.PathLike, names: list[str] | None = None, jobs: int | None = None) -> list[Path]:

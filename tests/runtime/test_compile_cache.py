@@ -32,24 +32,38 @@ def _entries(cache_dir):
     return [p for p in cache_dir.iterdir() if not p.name.startswith(".")]
 
 
-def test_second_process_compiles_nothing(tmp_path):
-    assert _run_fresh_process(tmp_path) == {"compiled": 1, "disk_hits": 0}
-    assert len(_entries(tmp_path)) == 1
-    assert _run_fresh_process(tmp_path) == {"compiled": 0, "disk_hits": 1}
+@pytest.fixture(scope="module")
+def first_entry(tmp_path_factory):
+    """A fresh process with an empty cache compiles once and leaves one entry: its file, made once for the
+    tests below, which each start from a copy."""
+    cache_dir = tmp_path_factory.mktemp("compile_cache")
+    assert _run_fresh_process(cache_dir) == {"compiled": 1, "disk_hits": 0}
+    (entry,) = _entries(cache_dir)
+    return entry.name, entry.read_bytes()
+
+
+def _cache_with(tmp_path, entry, blob: bytes):
+    (tmp_path / entry).write_bytes(blob)
+    return tmp_path
+
+
+def test_second_process_compiles_nothing(tmp_path, first_entry):
+    cache_dir = _cache_with(tmp_path, *first_entry)
+    assert len(_entries(cache_dir)) == 1
+    assert _run_fresh_process(cache_dir) == {"compiled": 0, "disk_hits": 1}
 
 
 @pytest.mark.parametrize("damage", ["flip", "truncate"])
-def test_corrupt_entry_is_rebuilt(tmp_path, damage):
-    _run_fresh_process(tmp_path)
-    (entry,) = _entries(tmp_path)
-    blob = bytearray(entry.read_bytes())
+def test_corrupt_entry_is_rebuilt(tmp_path, first_entry, damage):
+    name, pristine = first_entry
+    blob = bytearray(pristine)
     if damage == "flip":
         blob[len(blob) // 2] ^= 0xFF
     else:
         del blob[len(blob) // 2:]
-    entry.write_bytes(bytes(blob))
-    assert _run_fresh_process(tmp_path) == {"compiled": 1, "disk_hits": 0}
-    assert _run_fresh_process(tmp_path) == {"compiled": 0, "disk_hits": 1}
+    cache_dir = _cache_with(tmp_path, name, bytes(blob))
+    assert _run_fresh_process(cache_dir) == {"compiled": 1, "disk_hits": 0}
+    assert _run_fresh_process(cache_dir) == {"compiled": 0, "disk_hits": 1}
 
 
 def test_size_bound_evicts_least_recently_used(tmp_path):
