@@ -15,12 +15,8 @@ from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import func
 from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
-import aten_lowerings  # noqa: F401  (registers every op family)
-from aten_lowerings.context import LoweringContext
-from aten_lowerings.data_dependent import PaddedDims, is_padded, keeps_padding
-from aten_lowerings.mlir_types import tensor_type
-from aten_lowerings.registry import lowering_for, op_name
-from aten_lowerings.sampling import RNG_SEED_DTYPE, RNG_SEED_NAME, seeded_key, uses_random
+from aten_lowerings import (RNG_SEED_DTYPE, RNG_SEED_NAME, LoweringContext, PaddedDims, is_padded, keeps_padding,
+                            lowering_for, op_name, seeded_key, tensor_type, uses_random)
 
 from .errors import LoweringError
 from .locations import LocationCache, describe

@@ -12,7 +12,7 @@ import torch.utils._pytree as pytree
 from torch.export.graph_signature import InputKind, OutputKind
 from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
-from aten_lowerings.sampling import RNG_SEED_DTYPE, RNG_SEED_NAME, uses_random
+from aten_lowerings import RNG_SEED_DTYPE, RNG_SEED_NAME, uses_random
 from runtime.dtypes import uncarried
 from runtime.specs import TensorSpec, dtype_name
 from runtime.validation import InputError
