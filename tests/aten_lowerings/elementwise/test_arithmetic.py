@@ -1,4 +1,5 @@
-"""Elementwise lowerings against eager torch: arithmetic, math, comparisons, logic, float classes, where, clamp.
+"""Elementwise lowerings against eager torch: arithmetic, math, comparisons, logic, float classes, where, clamp;
+fmax/fmin, hypot, shifts, copysign/signbit, gcd/lcm, nextafter, frexp, angle.
 
 Each case converts one program that applies a table of ops (a dict of results,
 so a mismatch names its op) to inputs of one dtype.
@@ -10,8 +11,8 @@ import math
 import pytest
 import torch
 
-from tests.support import (FLOATS, INTS, FunctionModule, assert_lowers_with_symbolic_batch, assert_matches_eager,
-                           assert_registered_and_exported, assert_table_lowers, make, table)
+from tests.support import (FLOATS, INTS, FunctionModule, assert_lowers, assert_lowers_with_symbolic_batch,
+                           assert_matches_eager, assert_registered_and_exported, assert_table_lowers, make, table)
 
 aten = torch.ops.aten
 
@@ -323,3 +324,41 @@ def test_item_and_scalar_arithmetic():
     for n in (torch.tensor(5), torch.tensor(0)):
         assert_matches_eager(function, x, n)
     assert_matches_eager(lambda x: x / x.shape[0] + x.flatten().shape[0] // 5, x)
+
+
+# -- fmax/fmin, hypot, shifts, copysign/signbit, gcd/lcm, nextafter, frexp, angle ---------------------------
+
+FLOAT_BINARY = {
+    "fmax": (aten.fmax.default, torch.fmax),
+    "fmin": (aten.fmin.default, torch.fmin),
+    "hypot": (aten.hypot.default, torch.hypot),
+    "copysign": (aten.copysign.Tensor, torch.copysign),
+    "nextafter": (aten.nextafter.default, torch.nextafter),
+}
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+def test_float_binary(dtype):
+    a, b = make((3, 4), dtype), make((4,), dtype, seed=1)
+    a[0, 0], b[1], a[1, 2] = float("nan"), float("nan"), 0.0
+    assert_table_lowers(FLOAT_BINARY, a, b)
+
+
+@pytest.mark.parametrize("dtype", INTS, ids=str)
+def test_integer_binary(dtype):
+    ops = {"gcd": (aten.gcd.default, torch.gcd), "lcm": (aten.lcm.default, torch.lcm),
+           "fmax": (aten.fmax.default, torch.fmax),
+           "lshift": (aten.bitwise_left_shift.Tensor, torch.bitwise_left_shift),
+           "rshift": (aten.bitwise_right_shift.Tensor, torch.bitwise_right_shift)}
+    shifts = torch.tensor([-1, 0, 3, 31, 64, 100], dtype=dtype)  # torch: 0 (left) or sign fill (right) past the width
+    assert_table_lowers(ops, make((6,), dtype, -50, 50), shifts)
+    assert_table_lowers({"gcd": ops["gcd"], "lcm": ops["lcm"]}, make((4, 5), dtype, -30, 30),
+                        make((5,), dtype, -30, 30, seed=1))
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+def test_float_bits_unary(dtype):
+    x = make((3, 4), dtype, -1e3, 1e3)
+    x[0, :3] = torch.tensor([0.0, float("nan"), float("inf")])
+    assert_lowers({aten.frexp.Tensor, aten.angle.default, aten.signbit.default},
+                  lambda x: (*torch.frexp(x), torch.angle(x), torch.signbit(-x)), x)

@@ -1,5 +1,6 @@
-"""special_math.py against eager torch: polygamma and Hurwitz zeta (torch's algorithm, negative arguments
-included), and the functions borrowed from JAX through jax_functions.call_jax (static and dynamic dims)."""
+"""elementwise/special_functions.py against eager torch: polygamma and Hurwitz zeta (torch's algorithm, negative
+arguments included), and the functions borrowed from JAX through emit.jax_functions.call_jax (static and dynamic
+dims)."""
 from __future__ import annotations
 
 import pytest

@@ -1,4 +1,4 @@
-"""bessel.py against eager torch: J0, J1, Y0, Y1, K0, K1 (plain and scaled) and Airy Ai over the real line."""
+"""elementwise/bessel.py against eager torch: J0, J1, Y0, Y1, K0, K1 (plain and scaled) and Airy Ai over the real line."""
 from __future__ import annotations
 
 import pytest

@@ -1,4 +1,4 @@
-"""linalg_factor.py against eager torch: Cholesky factors and their info output."""
+"""linalg/cholesky.py against eager torch: Cholesky factors and their info output."""
 import pytest
 import torch
 

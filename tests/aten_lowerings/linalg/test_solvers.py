@@ -1,4 +1,4 @@
-"""linalg_solvers.py against eager torch: factorizations, determinants, inverses and solves borrowed from JAX
+"""linalg/solvers.py against eager torch: factorizations, determinants, inverses and solves borrowed from JAX
 (LAPACK on CPU), on well-conditioned inputs, batched and with a symbolic batch dim."""
 import pytest
 import torch

@@ -1,4 +1,4 @@
-"""polynomials.py against eager torch: Chebyshev T/U/V/W (plain and shifted), Hermite H/He, Laguerre L,
+"""elementwise/polynomials.py against eager torch: Chebyshev T/U/V/W (plain and shifted), Hermite H/He, Laguerre L,
 Legendre P, with tensor degrees mixing every case of torch's kernels, and the scalar overloads."""
 from __future__ import annotations
 
