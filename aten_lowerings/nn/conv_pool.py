@@ -146,7 +146,8 @@ def _reduce_window(inputs, inits, window: _Window, result_types, body):
 # -- max pooling -----------------------------------------------------------------------
 
 def _nan_max(a, b):
-    """max that propagates NaN (XLA's CPU reductions drop NaN from ``stablehlo.maximum``)."""
+    """max that propagates NaN (XLA's CPU reductions drop NaN from ``stablehlo.maximum``): one compare and select
+    per window element, where ``extremes.maximum`` takes a max and two selects."""
     return stablehlo.select(stablehlo.or_(compare(a, b, "GT"), is_nan(a)), a, b)
 
 
@@ -163,7 +164,9 @@ for _n, _op in ((1, aten.max_pool1d), (2, aten.max_pool2d), (3, aten.max_pool3d)
 
 
 def _first_max(acc, new):
-    """The larger value (NaN counts as largest) and its index; ties go to the smaller index, as torch's scan."""
+    """The larger value (NaN counts as largest) and its index; ties go to the smaller index, as torch's scan.
+    ``emit.reductions.arg_picker("GT", dtype)``'s rule, with its tests in another order (the NaN tests first, for
+    every dtype)."""
     (a, a_index), (b, b_index) = acc, new
     a_nan, b_nan = is_nan(a), is_nan(b)
     greater = stablehlo.or_(compare(a, b, "GT"), stablehlo.and_(a_nan, stablehlo.not_(b_nan)))
