@@ -1,41 +1,28 @@
-"""ATen -> StableHLO lowering rules: a registry and one module per op family.
+"""ATen -> StableHLO lowering rules: a registry, one module per op family (the families grouped by kind in
+``elementwise``, ``shape``, ``linalg`` and ``nn``), and the shared emitters the families build on (``emit``).
 
-Importing this package registers every family.
+Importing this package registers every family. What the exporter needs is here: the registry, the context a rule
+sees, the padded sizes of data-dependent results and the random-seed argument.
 """
 from . import (  # noqa: F401  (each import registers its rules)
-    activations,
-    attention,
-    backward,
-    bessel,
     control_flow,
-    conv_pool,
-    creation,
     data_dependent,
-    distance,
     elementwise,
-    fft,
     higher_order,
-    indexing,
     linalg,
-    linalg_factor,
-    linalg_solvers,
-    linear_cross_entropy,
-    normalization,
-    padding,
-    polynomials,
+    nn,
     quantized,
     random_ops,
     reductions,
-    sampling,
-    scalars,
-    scatter_ops,
+    shape,
     sharding,
-    resampling,
-    shape_ops,
     sorting,
-    special,
-    special_math,
 )
-from .registry import LOWERINGS, lower, lowering_for
+from .context import LoweringContext
+from .emit.padded import PaddedDims, is_padded, keeps_padding
+from .emit.random_bits import RNG_SEED_DTYPE, RNG_SEED_NAME, seeded_key, uses_random
+from .mlir_types import tensor_type
+from .registry import LOWERINGS, lower, lowering_for, op_name
 
-__all__ = ["LOWERINGS", "lower", "lowering_for"]
+__all__ = ["LOWERINGS", "lower", "lowering_for", "op_name", "LoweringContext", "tensor_type", "PaddedDims",
+           "is_padded", "keeps_padding", "RNG_SEED_NAME", "RNG_SEED_DTYPE", "seeded_key", "uses_random"]

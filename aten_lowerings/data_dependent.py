@@ -2,83 +2,29 @@
 unique_consecutive; and the ones with no static bound, which raise (repeat_interleave without output_size,
 bincount).
 
-torch.export gives such a size a data-dependent ("unbacked") symbol, ``u0``. As XLA's bounded dynamism does,
-the result is emitted padded to its static upper bound (e.g. nonzero's is the input's element count), and
-the true size is computed as a scalar beside it (``PaddedDims.bind``):
-
-- in shapes, ``u0`` stands for the padded size: ops on a padded tensor see a static tensor whose first
-  ``u0`` rows are the result (the graph lowering lets only ops that keep that true take one: elementwise
-  and layout ops; any other raises, naming the op);
-- as a value (``x.shape[0]``, the graph's SymInt arithmetic and asserts), ``u0`` is the true size;
-- a graph output with a ``u0`` dim is returned padded, ``u0`` as an extra result of ``@main``, and the
-  artifact slices it to that size (see ``exporter.signature.data_dependent_sizes``).
-
-The padding rows hold valid values (index 0 for nonzero's coordinates, elements of the input elsewhere), so
-an index taken from them stays in range. unique and unique_consecutive need inputs of static shape.
+Each result is padded to its static upper bound (nonzero's is the input's element count), its true size beside
+it (``emit.padded``). The padding rows hold valid values (index 0 for nonzero's coordinates, elements of the
+input elsewhere), so an index taken from them stays in range. unique and unique_consecutive need inputs of
+static shape.
 """
 from __future__ import annotations
 
 import math
 
-import sympy
 import torch
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
-from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
-from .helpers import (broadcast_in_dim, broadcast_to, compare, constant, convert, dim_size, dtype_of, full_like,
-                      iota, reduce, reshape)
-from .indexing import IndexPlan, gather_plan, scatter_plan
-from .reductions import scan
+from .emit.index_plans import IndexPlan, gather_plan, scatter_plan
+from .emit.padded import data_dependent_result
+from .emit.reductions import scan
+from .emit.slicing import slice_dim
+from .emit.sorting import sort_with_indices, true_first
+from .helpers import (broadcast_in_dim, broadcast_to, compare, constant, convert, dtype_of, full_like, iota, reduce,
+                      reshape)
 from .registry import lower
-from .shape_ops import slice_dim
-from .shape_values import SymbolicDims
-from .sorting import true_first, sort_with_indices
 
 aten = torch.ops.aten
-
-
-class PaddedDims(SymbolicDims):
-    """Symbolic sizes where some symbols are data-dependent: in shapes such a symbol is its padded size
-    (``size``/``shape``), as a value its true size (``actual``)."""
-
-    def __init__(self):
-        super().__init__()
-        self.actual = SymbolicDims()  # the same input dims; data-dependent symbols -> their true sizes
-        self.bound: set[sympy.Symbol] = set()
-
-    def bind_input(self, value: ir.Value, sizes) -> None:
-        super().bind_input(value, sizes)
-        self.actual.bind_input(value, sizes)
-
-    def bind(self, symbol: sympy.Symbol, padded: ir.Value, actual: ir.Value) -> None:
-        """``symbol`` is ``padded`` (0-d i64) in shapes and ``actual`` as a value."""
-        if symbol in self.bound:
-            return
-        self._cache[symbol] = padded
-        self.actual._cache[symbol] = actual
-        self.bound.add(symbol)
-
-    def knows(self, size) -> bool:
-        """Whether ``size`` (a SymInt) is over input dims and bound data-dependent symbols only."""
-        return free_unbacked_symbols(size) <= self.bound
-
-
-def data_dependent_result(ctx, padded: ir.Value, actual: ir.Value, size, dim: int = 0) -> ir.Value:
-    """The result of a data-dependent op: ``padded`` along ``dim`` (its bound), ``actual`` its true size (0-d
-    i64); ``size`` is the torch size export gave that dim. A size export pinned is sliced to."""
-    pinned = size if isinstance(size, int) else size.node.maybe_as_int()
-    if pinned is not None:
-        sizes = list(ir.RankedTensorType(padded.type).shape)
-        sizes[dim] = pinned
-        return slice_dim(ctx, padded, dim, 0, pinned, sizes)
-    symbol = size.node.expr
-    if not isinstance(symbol, sympy.Symbol):
-        raise NotImplementedError(f"the data-dependent size {symbol} is an expression, not one symbol")
-    if not isinstance(ctx.dims, PaddedDims):
-        raise NotImplementedError("data-dependent sizes need the graph lowering's PaddedDims")
-    ctx.dims.bind(symbol, dim_size(ctx, padded, dim), actual)
-    return padded
 
 
 def _static_shape(ctx) -> list[int]:
@@ -236,46 +182,3 @@ def bincount(ctx, x, weights=None, minlength=0):
         "bincount's output size is max(x) + 1, data-dependent and unbounded, so no padded result can hold it; "
         "for values known to lie in [0, N), count with torch.zeros(N).scatter_add_(0, x, weights) or "
         "torch.nn.functional.one_hot(x, N).sum(0)")
-
-
-# -- which ops may take a padded tensor (the graph lowering checks every node) ---------------------------------
-
-_LAYOUT_OPS = {aten.clone.default, aten.alias.default, aten.detach.default, aten._to_copy.default,
-               aten.to.dtype, aten.to.dtype_layout, aten.to.device, aten.contiguous.default,
-               aten.lift_fresh_copy.default, aten.permute.default, aten.transpose.int, aten.t.default,
-               aten.unsqueeze.default, aten.stack.default, aten._assert_tensor_metadata.default, aten.sym_size.int}
-# ops along one dim (``dim``, the second argument): they keep the padding of the other dims in place
-_ALONG_DIM = {aten.cat.default, aten.unbind.int, aten.select.int, aten.squeeze.dim, aten.slice.Tensor,
-              aten.narrow.default, aten.index_select.default, aten.split.Tensor, aten.split_with_sizes.default}
-# gathers: padded indices give padded rows of the result; a padded source would take wrapped (negative) indices
-# from its padding, so it must not be
-_GATHERS = {aten.index.Tensor, aten.gather.default}
-
-
-def keeps_padding(node: torch.fx.Node) -> bool:
-    """Whether an op on tensors padded along some dims gives its results padded alike (rows in place)."""
-    target = node.target
-    if target in _LAYOUT_OPS or torch.Tag.pointwise in getattr(target, "tags", ()):
-        return True
-    if target in _GATHERS:
-        return not is_padded(node.args[0])
-    if target not in _ALONG_DIM:
-        return False
-    dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0)
-    if target in (aten.split.Tensor, aten.split_with_sizes.default):
-        dim = node.args[2] if len(node.args) > 2 else node.kwargs.get("dim", 0)
-    first = node.args[0]
-    operands = first if isinstance(first, (list, tuple)) else [first]
-    return all(isinstance(o, torch.fx.Node) and isinstance(dim, int) and not _padded_dim(o, dim) for o in operands)
-
-
-def _padded_dim(node: torch.fx.Node, dim: int) -> bool:
-    shape = node.meta["val"].shape
-    size = shape[dim] if -len(shape) <= dim < len(shape) else 0
-    return isinstance(size, torch.SymInt) and bool(free_unbacked_symbols(size))
-
-
-def is_padded(node) -> bool:
-    meta = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
-    return isinstance(meta, torch.Tensor) and any(free_unbacked_symbols(s) for s in meta.shape
-                                                  if isinstance(s, torch.SymInt))

@@ -53,9 +53,5 @@ def tensor_type(shape, dtype: torch.dtype) -> ir.RankedTensorType:
     return ir.RankedTensorType.get(mlir_shape(shape), element_type(dtype))
 
 
-def is_float(dtype: torch.dtype) -> bool:
-    return dtype.is_floating_point
-
-
 def is_unsigned(dtype: torch.dtype) -> bool:
     return dtype in _UNSIGNED_INT_BITS

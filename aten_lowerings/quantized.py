@@ -16,10 +16,9 @@ from quantize import fusion
 from quantize.schemes import CHOOSE_QPARAMS, DEQUANTIZE, PER_CHANNEL, QUANTIZE, static_scheme
 from quantize.types import accumulator_scheme, quant_tensor_type
 
-from .conv_pool import convolve, per_dim, symmetric_padding
+from .emit.contraction import convolve, dot_general, per_dim, symmetric_padding
 from .helpers import (broadcast_in_dim, constant, convert, dtype_of, full_like, normalize_dim, rank, reduce, reshape,
                       static_shape)
-from .linalg import dot_general
 from .mlir_types import element_type, mlir_shape
 from .registry import lower
 

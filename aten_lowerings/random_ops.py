@@ -1,32 +1,126 @@
-"""More random ops, on sampling.py's bit streams: feature and alpha dropout, rrelu in training, geometric,
-multinomial; and fractional max pooling over given random samples (torch.export draws them with ``aten.rand``).
+"""Random ops: rand/randn(_like), uniform, normal, bernoulli, randint(_like), randperm, geometric, multinomial;
+dropout (native, feature, alpha) and rrelu in training.
 
-Every op here is listed in ``sampling.RANDOM_OPS`` (the ones that draw numbers), so the program takes the
-``rng_seed`` argument.
+Every op here draws from ``emit.random_bits`` (whose ``RANDOM_OPS`` lists them, attention with dropout
+included), so the program takes the ``rng_seed`` argument. Normals use Box-Muller; randperm sorts random keys.
 """
 from __future__ import annotations
 
 import math
 
 import torch
+from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
-from .helpers import (broadcast_in_dim, compare, compute_dtype, constant, convert, dtype_of, full_like, iota, reduce,
+from .emit.random_bits import dropout_values, keep_mask, random_bits, uniform_values
+from .emit.reductions import scan
+from .emit.slicing import slice_dim
+from .emit.sorting import sort_with_indices
+from .helpers import (as_tensor, broadcast_in_dim, compare, compute_dtype, convert, dtype_of, full_like, reduce,
                       reshape)
-from .indexing import along_dim_plan, gather_plan
-from .mlir_types import tensor_type
-from .reductions import arg_picker, reduce_region, scan
 from .registry import lower
-from .sampling import keep_mask, uniform_values
-from .shape_ops import slice_dim
-from .sorting import sort_with_indices
 
 aten = torch.ops.aten
 
+
+# -- samples ---------------------------------------------------------------------------------------------
+
+def normal_values(ctx, sizes, dtype: torch.dtype) -> ir.Value:
+    """Standard normal samples by Box-Muller: sqrt(-2 log(1 - u)) cos(2 pi v), computed in float32/float64."""
+    compute = torch.float64 if dtype == torch.float64 else torch.float32
+    pair = uniform_values(ctx, [2, *sizes], compute)
+    u, v = (reshape(ctx, slice_dim(ctx, pair, 0, i, i + 1, [1, *sizes]), sizes) for i in (0, 1))
+    radius = stablehlo.sqrt(stablehlo.multiply(
+        full_like(ctx, sizes, -2.0, compute),
+        stablehlo.log(stablehlo.subtract(full_like(ctx, sizes, 1.0, compute), u))))
+    angle = stablehlo.multiply(full_like(ctx, sizes, 2 * math.pi, compute), v)
+    return convert(stablehlo.multiply(radius, stablehlo.cosine(angle)), dtype)
+
+
+def _affine(ctx, samples, scale, offset):
+    """``offset + scale * samples`` (numbers or tensors) in the node's dtype and shape."""
+    dtype, sizes = ctx.out_dtype, ctx.out_shape
+    return stablehlo.add(as_tensor(ctx, offset, dtype, sizes),
+                         stablehlo.multiply(as_tensor(ctx, scale, dtype, sizes), samples))
+
+
+@lower(aten.rand.default, aten.rand_like.default)
+def rand(ctx, *_args, **_kwargs):
+    return uniform_values(ctx, ctx.out_shape, ctx.out_dtype)
+
+
+@lower(aten.randn.default, aten.randn_like.default)
+def randn(ctx, *_args, **_kwargs):
+    return normal_values(ctx, ctx.out_shape, ctx.out_dtype)
+
+
+@lower(aten.uniform.default)
+def uniform(ctx, x, low=0.0, high=1.0, *, generator=None):
+    return _affine(ctx, uniform_values(ctx, ctx.out_shape, ctx.out_dtype), high - low, low)
+
+
+@lower(aten.normal.Tensor_float, aten.normal.float_Tensor, aten.normal.Tensor_Tensor)
+def normal(ctx, mean, std=1.0, *, generator=None):
+    return _affine(ctx, normal_values(ctx, ctx.out_shape, ctx.out_dtype), std, mean)
+
+
+@lower(aten.normal.float_float)
+def normal_sized(ctx, mean, std, size, **_kwargs):
+    return normal(ctx, mean, std)
+
+
+@lower(aten.normal_functional.default)
+def normal_functional(ctx, x, mean=0.0, std=1.0, *, generator=None):
+    return normal(ctx, mean, std)
+
+
+@lower(aten.bernoulli.default, aten.bernoulli.p)
+def bernoulli(ctx, x, p=None, *, generator=None):
+    """1 where a uniform sample is below the probability (``p``, or ``x`` itself)."""
+    compute = torch.float64 if ctx.out_dtype == torch.float64 else torch.float32
+    probability = as_tensor(ctx, x if p is None else p, compute, ctx.out_shape)
+    return convert(compare(uniform_values(ctx, ctx.out_shape, compute), probability, "LT"), ctx.out_dtype)
+
+
+@lower(aten.randint.low, aten.randint.default, aten.randint_like.default, aten.randint_like.low_dtype)
+def randint(ctx, *args, **_kwargs):
+    """floor(u * (high - low)) + low with a float64 u: uniform over [low, high) for ranges below 2**52."""
+    bounds = [a for a in args if isinstance(a, int)]
+    low, high = (0, bounds[0]) if len(bounds) == 1 else bounds[:2]
+    sizes = ctx.out_shape
+    scaled = stablehlo.floor(_scaled(ctx, uniform_values(ctx, sizes, torch.float64), high - low, sizes))
+    return convert(stablehlo.add(scaled, full_like(ctx, sizes, low, torch.float64)), ctx.out_dtype)
+
+
+def _scaled(ctx, value, factor, sizes):
+    return stablehlo.multiply(value, full_like(ctx, sizes, factor, dtype_of(value)))
+
+
+@lower(aten.randperm.default)
+def randperm(ctx, n, **_kwargs):
+    """The positions of random 32-bit keys in sorted order (ties, rare, keep their order)."""
+    keys = random_bits(ctx, [n], torch.uint32)
+    return convert(sort_with_indices(ctx, keys, 0, False, [n])[1], ctx.out_dtype)
+
+
+# -- dropout ---------------------------------------------------------------------------------------------
+
+@lower(aten.native_dropout.default)
+def native_dropout(ctx, x, p, train):
+    """Output and keep mask; eval mode (``train`` False; None means training) keeps everything."""
+    sizes, dtype = ctx.out_meta[0].shape, ctx.out_meta[0].dtype
+    if train is False:
+        return x, full_like(ctx, sizes, True, torch.bool)
+    return dropout_values(ctx, x, p, sizes, dtype)
+
+
+@lower(aten.dropout.default)
+def dropout(ctx, x, p, train):
+    return dropout_values(ctx, x, p, ctx.out_shape, ctx.out_dtype)[0] if train else x
+
+
 _ALPHA = 1.7580993408473766  # SELU's alpha * scale: where alpha dropout sends dropped units (before the affine)
 
-
-# -- dropout variants --------------------------------------------------------------------------------
 
 def _noise_sizes(sizes, feature: bool):
     """Feature dropout draws one number per (sample, channel): torch's ``make_feature_noise``."""
@@ -128,59 +222,3 @@ def _without_replacement(ctx, table, rows: int, n: int, count: int, dtype):
     exponential = stablehlo.negate(stablehlo.log_plus_one(stablehlo.negate(uniform_values(ctx, [rows, n], dtype))))
     order = sort_with_indices(ctx, stablehlo.divide(exponential, table), 1, False, [rows, n])[1]
     return slice_dim(ctx, order, 1, 0, count, [rows, count])
-
-
-# -- fractional max pooling -------------------------------------------------------------------------
-
-def _window_starts(ctx, samples, sample_index: int, in_size: int, out_size: int, pool: int, planes):
-    """torch's ``generate_intervals`` for every plane: ``int((i + s) * alpha) - int(s * alpha)`` with
-    ``alpha = (in - pool) / (out - 1)`` in the samples' dtype, the last window ending at the input's end."""
-    dtype, sizes = dtype_of(samples), [*planes, out_size]
-    last = full_like(ctx, sizes, in_size - pool, torch.int64)
-    if out_size == 1:
-        return last
-    sample = reshape(ctx, slice_dim(ctx, samples, 2, sample_index, sample_index + 1, [*planes, 1]), planes)
-    sample = broadcast_in_dim(ctx, sample, sizes, [0, 1])
-    alpha = stablehlo.divide(constant(in_size - pool, dtype), constant(out_size - 1, dtype))
-    alpha = broadcast_in_dim(ctx, alpha, sizes, [])
-    shifted = stablehlo.multiply(stablehlo.add(iota(ctx, sizes, 2, dtype), sample), alpha)
-    starts = stablehlo.subtract(convert(shifted, torch.int64), convert(stablehlo.multiply(sample, alpha), torch.int64))
-    return stablehlo.select(compare(iota(ctx, sizes, 2), full_like(ctx, sizes, out_size - 1, torch.int64), "EQ"),
-                            last, starts)
-
-
-def _fractional_max_pool(ctx, x, kernel, output_size, samples):
-    """(max, flat index in the input plane) over each window; the samples' order is torch's (2-d: w, h;
-    3-d: t, h, w)."""
-    n = len(output_size)
-    x_sizes = list(ctx.arg_meta(0).shape)
-    planes = ([1] if len(x_sizes) == n + 1 else x_sizes[:1]) + x_sizes[-n - 1:-n]
-    spatial, kernel = x_sizes[-n:], [kernel[0]] * n if len(kernel) == 1 else list(kernel)
-    order = [1, 0] if n == 2 else [0, 1, 2]
-    grid = [*planes, *output_size, *kernel]
-    flat = full_like(ctx, grid, 0, torch.int64)
-    for d in range(n):
-        starts = _window_starts(ctx, samples, order[d], spatial[d], output_size[d], kernel[d], planes)
-        taps = [*planes, output_size[d], kernel[d]]
-        position = stablehlo.add(broadcast_in_dim(ctx, starts, taps, [0, 1, 2]), iota(ctx, taps, 3))
-        position = stablehlo.multiply(position, full_like(ctx, taps, math.prod(spatial[d + 1:]), torch.int64))
-        flat = stablehlo.add(flat, broadcast_in_dim(ctx, position, grid, [0, 1, 2 + d, 2 + n + d]))
-    windows = [*planes, math.prod(output_size) * math.prod(kernel)]
-    plane_values = reshape(ctx, x, [*planes, math.prod(spatial)])
-    index = reshape(ctx, flat, windows)
-    values = gather_plan(ctx, plane_values, [*planes, math.prod(spatial)], along_dim_plan(ctx, 2, index, windows))
-    pooled = [*planes, *output_size, math.prod(kernel)]
-    return _max_with_index(ctx, reshape(ctx, values, pooled), reshape(ctx, flat, pooled), pooled)
-
-
-def _max_with_index(ctx, values, indices, sizes):
-    dtype, kept = dtype_of(values), sizes[:-1]
-    operation = stablehlo.ReduceOp([tensor_type(kept, dtype), tensor_type(kept, torch.int64)], [values, indices],
-                                   [constant(float("-inf"), dtype), constant(-1, torch.int64)], [len(sizes) - 1])
-    reduce_region(operation, [tensor_type([], dtype), tensor_type([], torch.int64)] * 2, arg_picker("GT", dtype))
-    return [reshape(ctx, result, meta.shape) for result, meta in zip(operation.results, ctx.out_meta)]
-
-
-@lower(aten.fractional_max_pool2d.default, aten.fractional_max_pool3d.default)
-def fractional_max_pool(ctx, x, kernel_size, output_size, random_samples):
-    return _fractional_max_pool(ctx, x, list(kernel_size), list(output_size), random_samples)

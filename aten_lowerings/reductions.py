@@ -1,5 +1,6 @@
 """Reductions: sum, mean, amax/amin, max/min with indices, argmax/argmin, var/std, prod, any/all, scans (cumsum,
-cumprod, logcumsumexp, cummax/cummin), softmax, log_softmax, logsumexp, vector norms.
+cumprod, logcumsumexp, cummax/cummin), softmax, log_softmax, logsumexp, vector norms; and the row-wise
+hash_tensor and renorm.
 
 Values are reduced in the output's compute dtype (float32 for float16/bfloat16,
 int64 for integer sums, as torch accumulates on CPU), then converted and
@@ -9,31 +10,19 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import sympy
 import torch
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import chlo, stablehlo
 
-from .elementwise import maximum, minimum
+from .emit.extremes import highest, is_nan, lowest, maximum, minimum
+from .emit.reductions import arg_extreme, arg_picker, p_norm, scan
 from .helpers import (as_tensor, broadcast_in_dim, compare, compute_dtype, constant, convert, dtype_of, full_like,
-                      iota, normalize_dim, normalize_dims, rank, reduce, reshape, round_to, static_shape)
-from .mlir_types import DYNAMIC, tensor_type
+                      iota, normalize_dim, normalize_dims, rank, reduce, reshape, round_to, static_shape, with_dtype)
+from .mlir_types import DYNAMIC
 from .registry import lower
 
 aten = torch.ops.aten
-
-
-def _lowest(dtype: torch.dtype):
-    if dtype == torch.bool:
-        return False
-    return -math.inf if dtype.is_floating_point else torch.iinfo(dtype).min
-
-
-def _highest(dtype: torch.dtype):
-    if dtype == torch.bool:
-        return True
-    return math.inf if dtype.is_floating_point else torch.iinfo(dtype).max
 
 
 def _dims(x, dim) -> list[int]:
@@ -113,53 +102,8 @@ def _extreme(op, init):
     return rule
 
 
-lower(aten.amax.default, aten.max.default)(_extreme(maximum, _lowest))
-lower(aten.amin.default, aten.min.default)(_extreme(minimum, _highest))
-
-
-def reduce_region(operation, scalar_types, body):
-    """Fill ``operation``'s reduction region: ``body(*scalar block arguments)`` returns the results."""
-    block = operation.regions[0].blocks.append(*scalar_types)
-    with ir.InsertionPoint(block):
-        stablehlo.return_(body(*block.arguments))
-
-
-def arg_extreme(ctx, x, dim, direction: str):
-    """(values, int64 indices) of the max (``GT``) or min (``LT``) along ``dim``; ``dim=None`` flattens.
-
-    Like torch, NaN beats every number and ties go to the first index.
-    """
-    sizes = ctx.arg_meta(0).shape
-    if dim is None or rank(x) == 0:
-        sizes = [ctx.arg_meta(0).numel()]
-        x, dim = reshape(ctx, x, sizes), 0
-    dim = normalize_dim(dim, rank(x))
-    dtype = dtype_of(x)
-    shape = [d for i, d in enumerate(static_shape(x)) if i != dim]
-    init = (_lowest if direction == "GT" else _highest)(dtype)
-    operation = stablehlo.ReduceOp([tensor_type(shape, dtype), tensor_type(shape, torch.int64)],
-                                   [x, iota(ctx, sizes, dim)], [constant(init, dtype), constant(0, torch.int64)],
-                                   [dim])
-
-    scalars = [tensor_type([], dtype), tensor_type([], torch.int64)]
-    reduce_region(operation, scalars * 2, arg_picker(direction, dtype))
-    return operation.results
-
-
-def arg_picker(direction: str, dtype: torch.dtype, last: bool = False):
-    """Combiner of (value, index) pairs keeping the max (``GT``) or min (``LT``), NaN beating every number;
-    ties go to the first index (the last if ``last``), so the order of the pairs does not matter."""
-
-    def pick(a, a_index, b, b_index):
-        better, tie = compare(a, b, direction), compare(a, b, "EQ")
-        if dtype.is_floating_point:
-            a_nan, b_nan = compare(a, a, "NE"), compare(b, b, "NE")
-            better = stablehlo.or_(better, stablehlo.and_(a_nan, stablehlo.not_(b_nan)))
-            tie = stablehlo.or_(tie, stablehlo.and_(a_nan, b_nan))
-        first = stablehlo.or_(better, stablehlo.and_(tie, compare(a_index, b_index, "GT" if last else "LT")))
-        return [stablehlo.select(first, a, b), stablehlo.select(first, a_index, b_index)]
-
-    return pick
+lower(aten.amax.default, aten.max.default)(_extreme(maximum, lowest))
+lower(aten.amin.default, aten.min.default)(_extreme(minimum, highest))
 
 
 @lower(aten.max.dim)
@@ -240,20 +184,6 @@ def _cumulative(op, init):
     return rule
 
 
-def scan(values, inits, dim: int, combine) -> list[ir.Value]:
-    """Inclusive scan of same-shaped ``values`` along a static ``dim``: one ``reduce_window`` whose window spans
-    the dim, padded in front with ``inits`` (numbers); ``combine(*accumulators, *elements)`` returns a list."""
-    shape = static_shape(values[0])
-    window, padding = [1] * len(shape), np.zeros((len(shape), 2), dtype=np.int64)
-    window[dim], padding[dim, 0] = shape[dim], shape[dim] - 1
-    operation = stablehlo.ReduceWindowOp(
-        [v.type for v in values], values, [constant(i, dtype_of(v)) for i, v in zip(inits, values)], window,
-        padding=ir.DenseIntElementsAttr.get(padding))
-    scalars = [tensor_type([], dtype_of(v)) for v in values]
-    reduce_region(operation, scalars * 2, combine)
-    return list(operation.results)
-
-
 def _dynamic_scan(ctx, value, dim, init, op):
     """Hillis-Steele scan: step k combines each element with the one 2**k before it (``init`` shifted in by a
     ``dynamic_pad`` that crops as much as it pads, by min(2**k, size)). The step count is static, from the
@@ -288,7 +218,7 @@ def _log_add_exp(a, b):
     high, low = stablehlo.maximum(a, b), stablehlo.minimum(a, b)
     result = stablehlo.add(high, stablehlo.log_plus_one(stablehlo.exponential(stablehlo.subtract(low, high))))
     same_infinity = stablehlo.and_(compare(a, b, "EQ"), chlo.is_inf(a))
-    either_nan = stablehlo.or_(compare(a, a, "NE"), compare(b, b, "NE"))
+    either_nan = stablehlo.or_(is_nan(a), is_nan(b))
     return stablehlo.select(either_nan, stablehlo.add(a, b), stablehlo.select(same_infinity, a, result))
 
 
@@ -305,7 +235,7 @@ def _cumulative_extreme(direction: str):
         dim, dtype = normalize_dim(dim, rank(x)), dtype_of(x)
         if static_shape(x)[dim] == DYNAMIC:
             raise NotImplementedError("cummax/cummin along a dynamic dim")
-        init = (_lowest if direction == "GT" else _highest)(dtype)
+        init = (lowest if direction == "GT" else highest)(dtype)
         return scan([x, iota(ctx, ctx.arg_meta(0).shape, dim)], [init, -1], dim, arg_picker(direction, dtype, True))
 
     return rule
@@ -320,7 +250,7 @@ lower(aten.cummin.default)(_cumulative_extreme("LT"))
 def _shifted(ctx, x, dims):
     """``x`` (in the compute dtype) minus its max over ``dims``, and the sum of exp over ``dims``."""
     value = convert(x, compute_dtype(ctx.out_dtype))
-    peak = reduce(ctx, value, dims, _lowest(dtype_of(value)), maximum)
+    peak = reduce(ctx, value, dims, lowest(dtype_of(value)), maximum)
     shifted = stablehlo.subtract(value, _expand(ctx, peak, dims))
     return shifted, _expand(ctx, reduce(ctx, stablehlo.exponential(shifted), dims, 0, stablehlo.add), dims)
 
@@ -358,7 +288,7 @@ def logsumexp(ctx, x, dim, keepdim=False):
     each step's result is stored in the output dtype, as torch's separate kernels store it."""
     dims, dtype = _dims(x, dim), ctx.out_dtype
     value = convert(x, compute_dtype(dtype))
-    peak = reduce(ctx, value, dims, _lowest(dtype_of(value)), maximum)
+    peak = reduce(ctx, value, dims, lowest(dtype_of(value)), maximum)
     peak = stablehlo.select(chlo.is_inf(peak), full_like(ctx, _kept(ctx, dims)[0], 0, dtype_of(peak)), peak)
     shifted = round_to(stablehlo.subtract(value, _expand(ctx, peak, dims)), dtype)
     total = round_to(reduce(ctx, round_to(stablehlo.exponential(shifted), dtype), dims, 0, stablehlo.add), dtype)
@@ -372,19 +302,35 @@ def vector_norm(ctx, x, ord=2, dim=None, keepdim=False, *, dtype=None):
     return _finish(ctx, p_norm(ctx, magnitude, ctx.arg_meta(0).shape, dims, ord))
 
 
-def p_norm(ctx, magnitude, sizes, dims, p):
-    """The p-norm over ``dims`` of ``magnitude`` (absolute values, torch sizes ``sizes``), with
-    torch.linalg.vector_norm's special cases: p = +-inf the extreme, 0 the count of nonzeros, 1, 2; the
-    reduced dims are dropped."""
-    dtype = dtype_of(magnitude)
-    if p in (math.inf, -math.inf):  # init: the identity of the extreme over values >= 0
-        return reduce(ctx, magnitude, dims, 0 if p > 0 else math.inf, maximum if p > 0 else minimum)
-    if p == 0:
-        nonzero = convert(compare(magnitude, full_like(ctx, sizes, 0, dtype), "NE"), dtype)
-        return reduce(ctx, nonzero, dims, 0, stablehlo.add)
-    if p == 1:
-        return reduce(ctx, magnitude, dims, 0, stablehlo.add)
-    if p == 2:
-        return stablehlo.sqrt(reduce(ctx, stablehlo.multiply(magnitude, magnitude), dims, 0, stablehlo.add))
-    total = reduce(ctx, stablehlo.power(magnitude, full_like(ctx, sizes, p, dtype)), dims, 0, stablehlo.add)
-    return stablehlo.power(total, as_tensor(ctx, 1.0 / p, dtype, [s for d, s in enumerate(sizes) if d not in dims]))
+# -- row-wise hash and renorm ---------------------------------------------------------------------
+
+
+@lower(aten.hash_tensor.default)
+def hash_tensor(ctx, x, dim=(), *, keepdim=False, mode=0):
+    """xor of the elements' bits as uint64, after widening to float64 or int64 (torch's mode 0)."""
+    if mode != 0:
+        raise NotImplementedError(f"hash_tensor mode={mode} (torch has only mode 0)")
+    wide = convert(x, torch.float64 if dtype_of(x).is_floating_point else torch.int64)
+    bits = stablehlo.bitcast_convert(with_dtype(wide, torch.uint64), wide)
+    dims = normalize_dims(list(dim) or None, rank(x)) if rank(x) else []
+    return reshape(ctx, reduce(ctx, bits, dims, 0, stablehlo.xor), ctx.out_shape)
+
+
+@lower(aten.renorm.default)
+def renorm(ctx, x, p, dim, maxnorm):
+    """Each slice along ``dim`` whose p-norm exceeds ``maxnorm`` scaled by ``maxnorm / (norm + 1e-7)``; the norm
+    and factor in float32 for half types, the factor rounded to x's dtype before the product, as torch does."""
+    dtype, sizes = ctx.out_dtype, list(ctx.out_shape)
+    dim = normalize_dim(dim, len(sizes))
+    value = convert(x, compute_dtype(dtype))
+    wide = dtype_of(value)
+    dims = [d for d in range(len(sizes)) if d != dim]
+    norm = p_norm(ctx, stablehlo.abs(value), sizes, dims, float(p))
+    kept = [sizes[dim]]
+    factor = stablehlo.divide(full_like(ctx, kept, maxnorm, wide),
+                              stablehlo.add(norm, full_like(ctx, kept, 1e-7, wide)))
+    over = compare(norm, full_like(ctx, kept, maxnorm, wide), "GT")
+    factor = stablehlo.select(over, factor, full_like(ctx, kept, 1, wide))
+    factor = round_to(factor, dtype)
+    scaled = stablehlo.multiply(value, broadcast_in_dim(ctx, factor, sizes, [dim]))
+    return convert(scaled, dtype)

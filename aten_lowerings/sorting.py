@@ -1,16 +1,10 @@
 """Sorting, and compaction by sorting: sort (default and stable), topk, order statistics (kthvalue, median,
-nanmedian, mode), bucketing (searchsorted, histc), masked_scatter, nonzero_static
+nanmedian, mode), bucketing (searchsorted, histc, bucketize), masked_scatter, nonzero_static
 (nonzero itself, data-dependent in size, is in ``data_dependent``).
 
-One ``stablehlo.sort`` over (values, iota indices) along the dim; the
-comparator orders NaN above every number, as torch does, and the sort is
-always stable, so ties keep their input order (what ``stable=True`` asks for,
-and what torch's CPU kernels give for the other overloads too).
+Sorts are ``emit.sorting``'s: always stable, so ties keep their input order (what ``stable=True`` asks for,
+and what torch's CPU kernels give for the other overloads too), NaN above every number.
 argsort and msort decompose to ``sort``.
-
-Compaction (the positions of a mask's true elements, in order) is a stable
-sort of the negated mask: O(n log n), where a cumulative sum as
-``reduce_window`` would be O(n^2).
 """
 from __future__ import annotations
 
@@ -20,40 +14,15 @@ import torch
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
-from .helpers import (broadcast_in_dim, broadcast_to, compare, constant, convert, dtype_of, full_like, iota,
-                      normalize_dim, rank, reduce, reshape, value_type)
-from .indexing import along_dim_plan, gather_plan, IndexPlan, scatter_plan
-from .mlir_types import tensor_type
-from .reductions import arg_extreme, scan
+from .emit.index_plans import IndexPlan, along_dim_plan, gather_plan, scatter_plan
+from .emit.reductions import arg_extreme, scan
+from .emit.slicing import slice_dim
+from .emit.sorting import sort_with_indices, true_first
+from .helpers import (as_tensor, broadcast_in_dim, broadcast_to, compare, constant, convert, dtype_of, full_like, iota,
+                      normalize_dim, promoted_dtype, rank, reduce, reshape)
 from .registry import lower
-from .shape_ops import slice_dim
 
 aten = torch.ops.aten
-
-
-def _before(a, b, descending: bool):
-    """Whether ``a`` goes before ``b``: a < b (a > b if ``descending``) with NaN the largest."""
-    before = compare(a, b, "GT" if descending else "LT")
-    if not dtype_of(a).is_floating_point:
-        return before
-    a_nan, b_nan = compare(a, a, "NE"), compare(b, b, "NE")
-    nan_first = stablehlo.and_(a_nan if descending else b_nan, stablehlo.not_(b_nan if descending else a_nan))
-    return stablehlo.or_(stablehlo.and_(before, stablehlo.not_(stablehlo.or_(a_nan, b_nan))), nan_first)
-
-
-def sort_with_indices(ctx, x, dim: int, descending: bool, sizes=None) -> tuple[ir.Value, ir.Value]:
-    """(sorted values, their int64 positions in ``x``) along ``dim``; ``sizes``: x's torch sizes if x is not
-    the node's first argument."""
-    if rank(x) == 0:
-        return x, constant(0, torch.int64)
-    dim = normalize_dim(dim, rank(x))
-    indices = iota(ctx, ctx.arg_meta(0).shape if sizes is None else sizes, dim)
-    operation = stablehlo.SortOp([value_type(x), value_type(indices)], [x, indices], dimension=dim, is_stable=True)
-    scalars = [tensor_type([], dtype_of(x)), tensor_type([], torch.int64)]
-    block = operation.regions[0].blocks.append(scalars[0], scalars[0], scalars[1], scalars[1])
-    with ir.InsertionPoint(block):
-        stablehlo.return_([_before(block.arguments[0], block.arguments[1], descending)])
-    return operation.results[0], operation.results[1]
 
 
 @lower(aten.sort.default)
@@ -201,12 +170,22 @@ def histc(ctx, x, bins=100, min=0, max=0):
     return scatter_plan(full_like(ctx, [bins], 0, dtype), plan, convert(inside, dtype), stablehlo.add)
 
 
+@lower(aten.bucketize.Tensor, aten.bucketize.Scalar)
+def bucketize(ctx, x, boundaries, *, out_int32=False, right=False):
+    """How many boundaries are not ``>=`` x (``>`` with ``right``): torch's binary search over sorted
+    boundaries, NaN x past every one."""
+    sizes = list(ctx.out_shape)
+    count = ctx.arg_meta(1).shape[0]
+    dtype = promoted_dtype(x, boundaries)
+    grid = [*sizes, count]
+    values = as_tensor(ctx, x, dtype, sizes)
+    values = broadcast_in_dim(ctx, values, grid, list(range(len(sizes))))
+    edges = broadcast_in_dim(ctx, convert(boundaries, dtype), grid, [len(sizes)])
+    beyond = stablehlo.not_(compare(edges, values, "GT" if right else "GE"))
+    return convert(reduce(ctx, convert(beyond, torch.int64), [len(sizes)], 0, stablehlo.add), ctx.out_dtype)
+
+
 # -- compaction ---------------------------------------------------------------------
-
-
-def true_first(ctx, mask, count):
-    """Flat positions of a 1-d bool ``mask`` (``count`` long), its true elements first, each group in order."""
-    return sort_with_indices(ctx, stablehlo.not_(mask), 0, False, [count])[1]
 
 
 @lower(aten.masked_scatter.default)

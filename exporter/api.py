@@ -6,7 +6,7 @@ from torch._decomp import decomposition_table
 from torch._export.utils import _get_decomp_for_cia
 from torch.export import ExportedProgram
 
-from aten_lowerings.registry import op_name
+from aten_lowerings import op_name
 from quantize import lowering_graph, plain_quantized_weights, prepare_quantized
 from stablehlo_ir.mlir_context import make_context
 

@@ -17,12 +17,8 @@ from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import func
 from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
-import aten_lowerings  # noqa: F401  (registers every op family)
-from aten_lowerings.context import LoweringContext
-from aten_lowerings.data_dependent import PaddedDims, is_padded, keeps_padding
-from aten_lowerings.mlir_types import tensor_type
-from aten_lowerings.registry import lowering_for, op_name
-from aten_lowerings.sampling import seeded_key
+from aten_lowerings import (LoweringContext, PaddedDims, is_padded, keeps_padding, lowering_for, op_name, seeded_key,
+                            tensor_type)
 from stablehlo_ir.refine import ShapeRefinementError, refine_shapes
 from stablehlo_ir.sharding import argument_attributes, declare_mesh, replicated_results
 

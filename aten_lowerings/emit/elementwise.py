@@ -1,0 +1,82 @@
+"""Elementwise building blocks: rules from formulas (operands promoted and broadcast to the node's output,
+computed in its compute dtype, rounded once), number splats, Python's floor division, a float's bits and sign bit."""
+from __future__ import annotations
+
+import torch
+from jaxlib.mlir.dialects import stablehlo
+
+from ..helpers import compare, compute_dtype, convert, dtype_of, elementwise_operands, full_like, with_dtype
+from ..registry import lower
+
+
+def scalar(ctx, number, like):
+    """``number`` as a tensor of the node's output shape and ``like``'s dtype."""
+    return full_like(ctx, ctx.out_shape, number, dtype_of(like))
+
+
+def elementwise_rule(formula, operand_dtype=None):
+    """Rule applying ``formula(ctx, *values)`` to the operands promoted to ``operand_dtype`` (default: the
+    output's compute dtype) and broadcast to the output; the result is converted to the output dtype."""
+
+    def rule(ctx, *operands):
+        values = elementwise_operands(ctx, *operands, dtype=operand_dtype or compute_dtype(ctx.out_dtype))
+        return convert(formula(ctx, *values), ctx.out_dtype)
+
+    return rule
+
+
+def register_elementwise(op, *targets, operand_dtype=None):
+    lower(*targets)(elementwise_rule(lambda ctx, *values: op(*values), operand_dtype))
+
+
+def elementwise_formula(*targets):
+    """Register ``formula(ctx, *values)`` as an elementwise rule (see ``elementwise_rule``)."""
+
+    def register(formula):
+        lower(*targets)(elementwise_rule(formula))
+        return formula
+
+    return register
+
+
+def sign_differs(ctx, remainder, divisor):
+    """Where a truncated division's remainder is nonzero and its sign differs from the divisor's."""
+    zero = scalar(ctx, 0, remainder)
+    return stablehlo.and_(compare(remainder, zero, "NE"),
+                          compare(compare(remainder, zero, "LT"), compare(divisor, zero, "LT"), "NE"))
+
+
+def floor_quotient(ctx, a, b):
+    """Python's floor division; for floats torch's algorithm (via fmod, exact where floor(a / b) is not)."""
+    mod, one = stablehlo.remainder(a, b), scalar(ctx, 1, a)
+    if not dtype_of(a).is_floating_point:
+        quotient = stablehlo.divide(a, b)
+        return stablehlo.select(sign_differs(ctx, mod, b), stablehlo.subtract(quotient, one), quotient)
+    div = stablehlo.divide(stablehlo.subtract(a, mod), b)
+    div = stablehlo.select(sign_differs(ctx, mod, b), stablehlo.subtract(div, one), div)
+    floor = stablehlo.floor(div)
+    floor = stablehlo.select(compare(stablehlo.subtract(div, floor), scalar(ctx, 0.5, a), "GT"),
+                             stablehlo.add(floor, one), floor)
+    quotient = stablehlo.divide(a, b)
+    zero = scalar(ctx, 0, a)
+    signed_zero = stablehlo.multiply(quotient, zero)
+    floor = stablehlo.select(compare(div, zero, "EQ"), signed_zero, floor)
+    return stablehlo.select(compare(b, zero, "EQ"), quotient, floor)
+
+
+_BITS = {torch.float32: torch.int32, torch.float64: torch.int64, torch.float16: torch.int16,
+         torch.bfloat16: torch.int16}
+"""The signed integer type of each float's width, to read and write its bits."""
+
+
+def float_bits(x):
+    """A float's bits as the signed integer of its width."""
+    return stablehlo.bitcast_convert(with_dtype(x, _BITS[dtype_of(x)]), x)
+
+
+def signbit_values(ctx, x):
+    """The sign bit of a float (set for -0.0 and negative NaNs), x < 0 otherwise."""
+    if not dtype_of(x).is_floating_point:
+        return compare(x, scalar(ctx, 0, x), "LT")
+    bits = float_bits(x)
+    return compare(bits, scalar(ctx, 0, bits), "LT")

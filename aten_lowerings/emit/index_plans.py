@@ -1,0 +1,91 @@
+"""Index plans: where index tensors go in one ``gather`` (reads) or ``scatter`` (writes).
+
+torch's advanced indexing becomes one plan: the index tensors are broadcast together, wrapped, and stacked along
+a last dim; dims without an index are whole windows. Gathers and scatters along a dim use full coordinates
+(iota for every other dim).
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+from jaxlib.mlir import ir
+from jaxlib.mlir.dialects import stablehlo
+
+from ..helpers import (broadcast_in_dim, broadcast_to, compare, convert, dtype_of, full_like, iota, is_static, rank,
+                       reshape, value_type)
+from ..mlir_types import tensor_type
+
+
+class IndexPlan(NamedTuple):
+    """Where the index tensors go: ``indices`` is (batch..., len(dims)) int64."""
+    indices: ir.Value
+    dims: list[int]            # the operand dims that are indexed
+    window_positions: list[int]  # result position of each non-indexed operand dim
+    sizes: list                # torch sizes of the indexed result
+
+
+def index_plan(ctx, x_sizes, indexed: dict[int, tuple[ir.Value, object]]) -> IndexPlan:
+    """Plan torch advanced indexing of a tensor of ``x_sizes`` by ``{dim: (index value, index meta)}``.
+
+    If the indexed dims are adjacent the broadcast index dims replace them in
+    place; otherwise they go first, as in torch.
+    """
+    for _, meta in indexed.values():
+        if meta.dtype in (torch.bool, torch.uint8):
+            raise NotImplementedError("indexing with a boolean mask has a data-dependent shape; "
+                                      "use torch.where or masked_fill instead")
+    dims = sorted(indexed)
+    batch = list(torch.broadcast_shapes(*[meta.shape for _, meta in indexed.values()]))
+    columns = []
+    for d in dims:
+        index = broadcast_to(ctx, convert(indexed[d][0], torch.int64), batch)
+        size = broadcast_in_dim(ctx, ctx.size_value(x_sizes[d]), batch, [])
+        negative = compare(index, full_like(ctx, batch, 0, torch.int64), "LT")
+        wrapped = stablehlo.select(negative, stablehlo.add(index, size), index)
+        columns.append(reshape(ctx, wrapped, [*batch, 1]))
+    indices = columns[0] if len(columns) == 1 else stablehlo.concatenate(columns, len(batch))
+
+    window = [d for d in range(len(x_sizes)) if d not in indexed]
+    first = dims[0] if dims == list(range(dims[0], dims[0] + len(dims))) else 0
+    positions = [j if j < first else j + len(batch) for j in range(len(window))]
+    sizes = [x_sizes[d] for d in window]
+    sizes[first:first] = batch
+    return IndexPlan(indices, dims, positions, sizes)
+
+
+def along_dim_plan(ctx, dim: int, index, index_sizes) -> IndexPlan:
+    """Every operand dim indexed: ``index`` along ``dim``, the position itself (iota) along the others."""
+    if not index_sizes:
+        raise NotImplementedError("gather/scatter along a dim of a 0-d tensor")
+    columns = [convert(index, torch.int64) if d == dim else iota(ctx, index_sizes, d)
+               for d in range(len(index_sizes))]
+    columns = [reshape(ctx, c, [*index_sizes, 1]) for c in columns]
+    indices = stablehlo.concatenate(columns, len(index_sizes))
+    return IndexPlan(indices, list(range(len(index_sizes))), [], list(index_sizes))
+
+
+def gather_plan(ctx, x, x_sizes, plan: IndexPlan) -> ir.Value:
+    numbers = stablehlo.GatherDimensionNumbers.get(
+        offset_dims=plan.window_positions, collapsed_slice_dims=plan.dims, operand_batching_dims=[],
+        start_indices_batching_dims=[], start_index_map=plan.dims, index_vector_dim=rank(plan.indices) - 1)
+    slice_sizes = [1 if d in plan.dims else s for d, s in enumerate(x_sizes)]
+    result_type = tensor_type(plan.sizes, dtype_of(x))
+    if is_static(slice_sizes):
+        return stablehlo.gather(x, plan.indices, numbers, [int(s) for s in slice_sizes], results=[result_type])
+    return stablehlo.dynamic_gather(x, plan.indices, ctx.shape_value(slice_sizes), numbers, results=[result_type])
+
+
+def scatter_plan(x, plan: IndexPlan, updates, combine=None) -> ir.Value:
+    """Write ``updates`` (shaped like the indexed result) into ``x``; ``combine(old, new)`` or replace."""
+    numbers = stablehlo.ScatterDimensionNumbers.get(
+        update_window_dims=plan.window_positions, inserted_window_dims=plan.dims, input_batching_dims=[],
+        scatter_indices_batching_dims=[], scattered_dims_to_operand_dims=plan.dims,
+        index_vector_dim=rank(plan.indices) - 1)
+    op = stablehlo.ScatterOp([value_type(x)], [x], plan.indices, [convert(updates, dtype_of(x))], numbers)
+    scalar = ir.RankedTensorType.get([], value_type(x).element_type)
+    block = op.regions[0].blocks.append(scalar, scalar)
+    with ir.InsertionPoint(block):
+        old, new = block.arguments
+        stablehlo.return_([new if combine is None else combine(old, new)])
+    return op.result

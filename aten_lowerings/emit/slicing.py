@@ -1,0 +1,102 @@
+"""Slices and takes along dims, and the index arithmetic behind them.
+
+Bounds and indices may be Python ints, SymInts or 0-d i64 values: a static ``slice`` is emitted when everything
+is known, ``real_dynamic_slice`` otherwise.
+"""
+from __future__ import annotations
+
+import torch
+from jaxlib.mlir import ir
+from jaxlib.mlir.dialects import stablehlo
+
+from ..helpers import compare, constant, dim_size, dtype_of, is_static, rank, static_shape
+from ..mlir_types import DYNAMIC, tensor_type
+
+# -- index arithmetic on ints, SymInts and 0-d i64 values ----------------------------
+
+
+def known_int(index):
+    """``index`` as a Python int when it is one (or a pinned SymInt), else None."""
+    if isinstance(index, int):
+        return index
+    if isinstance(index, torch.SymInt):
+        return index.node.maybe_as_int()
+    return None
+
+
+def index_value(ctx, index) -> ir.Value:
+    """An int, SymInt or 0-d i64 value as a 0-d i64 value."""
+    return index if isinstance(index, ir.Value) else ctx.size_value(index)
+
+
+def dim_length(ctx, x: ir.Value, dim: int):
+    """Size of one dim: an int when static, else a 0-d i64 value."""
+    size = static_shape(x)[dim]
+    return size if size != DYNAMIC else dim_size(ctx, x, dim)
+
+
+def _vector(ctx, entries) -> ir.Value:
+    """1-d i64 tensor from ints, SymInts and 0-d i64 values."""
+    one_d = ir.RankedTensorType.get([1], ir.IntegerType.get_signless(64))
+    return stablehlo.concatenate([stablehlo.reshape(one_d, index_value(ctx, e)) for e in entries], 0)
+
+
+def wrap_index(ctx, index, size):
+    """A possibly negative index (or 0-d value) made non-negative the way torch does (``index + size``)."""
+    static_index, static_size = known_int(index), known_int(size)
+    if static_index is not None and static_index >= 0:
+        return static_index
+    if static_index is not None and static_size is not None:
+        return static_index + static_size
+    index, size = index_value(ctx, index), index_value(ctx, size)
+    return stablehlo.select(compare(index, constant(0, torch.int64), "LT"), stablehlo.add(index, size), index)
+
+
+def slice_bounds(ctx, start, end, size):
+    """torch's ``start:end`` on a dim of ``size``: None means the ends, negatives wrap, both clamp to [0, size]."""
+    start = wrap_index(ctx, 0 if start is None else start, size)
+    end = wrap_index(ctx, size if end is None else end, size)
+    if all(known_int(v) is not None for v in (start, end, size)):
+        start = min(max(known_int(start), 0), known_int(size))
+        return start, min(max(known_int(end), start), known_int(size))
+    zero, size = constant(0, torch.int64), index_value(ctx, size)
+    start = stablehlo.clamp(zero, index_value(ctx, start), size)
+    return start, stablehlo.clamp(start, index_value(ctx, end), size)
+
+
+# -- slicing ------------------------------------------------------------------------
+
+
+def strided_slice(ctx, x: ir.Value, starts, limits, strides, sizes) -> ir.Value:
+    """``x[starts:limits:strides]`` with in-range bounds per dim; ``sizes`` are the result's torch sizes."""
+    static = [known_int(v) for v in (*starts, *limits, *strides)]
+    if None not in static and DYNAMIC not in static_shape(x):
+        r = rank(x)
+        if static[:r] == [0] * r and static[r:2 * r] == static_shape(x) and static[2 * r:] == [1] * r:
+            return x
+        return stablehlo.slice(x, static[:r], static[r:2 * r], static[2 * r:])
+    return stablehlo.real_dynamic_slice(tensor_type(sizes, dtype_of(x)), x, _vector(ctx, starts),
+                                        _vector(ctx, limits), _vector(ctx, strides))
+
+
+def slice_dim(ctx, x: ir.Value, dim: int, start, limit, sizes, step: int = 1) -> ir.Value:
+    """``x[start:limit:step]`` along one dim (bounds already in range); ``sizes`` are the result's torch sizes."""
+    starts = [0] * rank(x)
+    limits = [dim_length(ctx, x, d) for d in range(rank(x))]
+    strides = [1] * rank(x)
+    starts[dim], limits[dim], strides[dim] = start, limit, step
+    return strided_slice(ctx, x, starts, limits, strides, sizes)
+
+
+def take(ctx, x: ir.Value, dim: int, indices: ir.Value, sizes) -> ir.Value:
+    """numpy's ``take``: ``x`` at the in-range int64 ``indices`` (any shape) along ``dim``, whose dims replace
+    ``dim``; ``sizes`` are the result's torch sizes."""
+    count = rank(indices)
+    numbers = stablehlo.GatherDimensionNumbers.get(
+        offset_dims=[d for d in range(len(sizes)) if not dim <= d < dim + count], collapsed_slice_dims=[dim],
+        operand_batching_dims=[], start_indices_batching_dims=[], start_index_map=[dim], index_vector_dim=count)
+    slice_sizes = [*sizes[:dim], 1, *sizes[dim + count:]]
+    result_type = tensor_type(sizes, dtype_of(x))
+    if is_static(slice_sizes):
+        return stablehlo.gather(x, indices, numbers, [known_int(s) for s in slice_sizes], results=[result_type])
+    return stablehlo.dynamic_gather(x, indices, ctx.shape_value(slice_sizes), numbers, results=[result_type])

@@ -1,0 +1,187 @@
+"""Attention: scaled_dot_product_attention (masks, causal, scale, grouped-query, dropout).
+
+The decomposition is wrapped in a ``stablehlo.composite`` so a backend can
+match the whole op (its attributes: scale, is_causal, enable_gqa) and anything
+else runs the decomposition function. Products are ``dot_general`` with the
+leading dims as batch dims (grouped-query attention splits the query heads
+into (kv heads, group) instead of repeating keys and values); the softmax is
+computed in float32 for low precision, normalized after the product with
+values, and a fully masked row gives zeros, as torch does. With dropout the
+op is random, and inlined rather than a composite.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+from jaxlib.mlir import ir
+from jaxlib.mlir.dialects import func, stablehlo
+
+from ..context import LoweringContext
+from ..emit.contraction import contract
+from ..emit.random_bits import dropout_values
+from ..helpers import (broadcast_in_dim, broadcast_to, compare, compute_dtype, convert, dtype_of, enclosing_module,
+                       full_like, iota, reduce, reshape)
+from ..mlir_types import mlir_shape, tensor_type
+from ..registry import lower
+from ..shape_values import I64, SymbolicDims
+
+aten = torch.ops.aten
+
+
+# -- the composite wrapper ------------------------------------------------------------
+
+class _ArgumentDims(SymbolicDims):
+    """Sizes inside a decomposition function, which cannot see the graph's inputs: a symbolic size
+    equal to some dim of the function's arguments is read from that argument."""
+
+    def __init__(self, arguments, metas):
+        super().__init__()
+        self._dims, self._sizes = {}, {}
+        for value, meta in zip(arguments, metas):
+            for dim, size in enumerate(meta.shape):
+                if isinstance(size, torch.SymInt) and size.node.maybe_as_int() is None:
+                    self._dims.setdefault(size.node.expr, (value, dim))
+
+    def size(self, size) -> ir.Value:
+        expr = size.node.expr if isinstance(size, torch.SymInt) else None
+        if expr not in self._dims:
+            return super().size(size)
+        if expr not in self._sizes:
+            value, dim = self._dims[expr]
+            self._sizes[expr] = stablehlo.convert(ir.RankedTensorType.get([], I64()),
+                                                  stablehlo.get_dimension_size(value, dim))
+        return self._sizes[expr]
+
+
+def _composite(ctx, name: str, operands, metas, attributes: dict, result_types, body):
+    """``stablehlo.composite`` named ``name`` whose decomposition is a new private function of the
+    module; ``body(body_ctx, *arguments)`` emits it and returns its results."""
+    module = enclosing_module()
+    function = func.FuncOp(name.replace(".", "_"), ([v.type for v in operands], result_types),
+                           visibility="private", ip=ir.InsertionPoint(module.regions[0].blocks[0]))
+    symbol = ir.SymbolTable(module).insert(function.operation)
+    block = function.add_entry_block()
+    body_ctx = LoweringContext(ctx.node, _ArgumentDims(block.arguments, metas), ctx.lower_graph)
+    with ir.InsertionPoint(block):
+        func.ReturnOp(body(body_ctx, *block.arguments))
+    return stablehlo.composite(result_types, operands, name, ir.FlatSymbolRefAttr.get(symbol.value), 0,
+                               composite_attributes=attributes)
+
+
+# -- the decomposition ------------------------------------------------------------------
+
+def _attention(ctx, metas, query, key, value, mask, scale: float, is_causal: bool, groups: int, outputs: int,
+               dropout_p: float = 0.0):
+    """Attention output, and with ``outputs=2`` the log-sum-exp, in float32 for low precision; with
+    ``dropout_p`` the softmax weights go through dropout (``ctx`` must draw random numbers)."""
+    q_sizes, k_sizes, v_sizes = (list(m.shape) for m in metas)
+    dtype = compute_dtype(dtype_of(query))
+    length, source = q_sizes[-2], k_sizes[-2]
+    batch = len(k_sizes) - 2  # leading dims, the kv head dim included
+    rows = ([groups] if groups > 1 else []) + [length]
+    if groups > 1:
+        query = reshape(ctx, query, k_sizes[:-2] + rows + [q_sizes[-1]])
+    scores_sizes = k_sizes[:-2] + rows + [source]
+    scores = contract(query, key, range(batch), range(batch),
+                      [batch + len(rows)], [batch + 1], mlir_shape(scores_sizes), dtype)
+    scores = stablehlo.multiply(scores, full_like(ctx, scores_sizes, scale, dtype))
+    if mask is not None:
+        full_mask = reshape(ctx, broadcast_to(ctx, mask, q_sizes[:-1] + [source]), scores_sizes)
+        scores = _apply_mask(ctx, scores, full_mask, scores_sizes)
+    if is_causal:
+        causal = compare(iota(ctx, [length, source], 1), iota(ctx, [length, source], 0), "LE")
+        rank = len(scores_sizes)
+        scores = _apply_mask(ctx, scores, broadcast_in_dim(ctx, causal, scores_sizes, [rank - 2, rank - 1]),
+                             scores_sizes)
+    return _softmax_times_values(ctx, scores, scores_sizes, value, v_sizes, q_sizes, batch, outputs, dropout_p)
+
+
+def _apply_mask(ctx, scores, mask, sizes):
+    """A bool mask keeps the scores where it is true (the rest become -inf); a float mask is added."""
+    if dtype_of(mask) == torch.bool:
+        return stablehlo.select(mask, scores, full_like(ctx, sizes, float("-inf"), dtype_of(scores)))
+    return stablehlo.add(scores, convert(mask, dtype_of(scores)))
+
+
+def _softmax_times_values(ctx, scores, scores_sizes, value, v_sizes, q_sizes, batch, outputs, dropout_p=0.0):
+    dtype = dtype_of(scores)
+    rows_sizes, row_dims = scores_sizes[:-1], list(range(len(scores_sizes) - 1))
+    row_max = reduce(ctx, scores, [len(scores_sizes) - 1], float("-inf"), stablehlo.maximum)
+    zeros = full_like(ctx, rows_sizes, 0, dtype)
+    row_max = stablehlo.select(compare(row_max, full_like(ctx, rows_sizes, float("-inf"), dtype), "EQ"),
+                               zeros, row_max)  # a fully masked row: exp(-inf - 0) = 0, not NaN
+    weights = stablehlo.exponential(stablehlo.subtract(scores, broadcast_in_dim(ctx, row_max, scores_sizes,
+                                                                                row_dims)))
+    total = reduce(ctx, weights, [len(scores_sizes) - 1], 0, stablehlo.add)
+    total = stablehlo.select(compare(total, zeros, "EQ"), full_like(ctx, rows_sizes, 1, dtype), total)
+    out_sizes = rows_sizes + [v_sizes[-1]]
+    if dropout_p:  # dropout of the softmax: the unnormalized weights, divided by the total below
+        weights = dropout_values(ctx, weights, dropout_p, scores_sizes, dtype)[0]
+    if len(q_sizes) == 4 and q_sizes[-1] == v_sizes[-1]:
+        # torch runs these shapes with its CPU flash kernel, which rounds the exponentials to the
+        # inputs' dtype before the product with values (its math fallback stays in float32)
+        weights = convert(weights, dtype_of(value))
+    out = contract(weights, value, range(batch), range(batch), [len(scores_sizes) - 1], [batch],
+                   mlir_shape(out_sizes), dtype_of(weights))
+    out = stablehlo.divide(out, broadcast_in_dim(ctx, total, out_sizes, row_dims))
+    results = [reshape(ctx, out, q_sizes[:-1] + [v_sizes[-1]])]
+    if outputs == 2:
+        results.append(reshape(ctx, stablehlo.add(row_max, stablehlo.log(total)), q_sizes[:-1]))
+    return results
+
+
+# -- the ops ---------------------------------------------------------------------------------
+
+def _options(ctx, scale, enable_gqa) -> tuple[float, int]:
+    """The scale (default 1/sqrt(E)) and the query-head group size, after checking what is supported."""
+    q_sizes, k_sizes = ctx.arg_meta(0).shape, ctx.arg_meta(1).shape
+    if scale is None:
+        if not isinstance(q_sizes[-1], int):
+            raise NotImplementedError("attention with a dynamic head size needs an explicit scale")
+        scale = 1 / math.sqrt(q_sizes[-1])
+    groups = 1
+    if enable_gqa and len(q_sizes) > 2:
+        heads, kv_heads = q_sizes[-3], k_sizes[-3]
+        if not (isinstance(heads, int) and isinstance(kv_heads, int)):
+            raise NotImplementedError("grouped-query attention with a dynamic number of heads")
+        groups = heads // kv_heads
+    return scale, groups
+
+
+def _attention_composite(ctx, name, query, key, value, mask, scale, is_causal, groups, outputs: int):
+    metas = [ctx.arg_meta(i) for i in range(3)]
+    operands = [query, key, value] + ([mask] if mask is not None else [])
+    attributes = {"scale": ir.FloatAttr.get(ir.F64Type.get(), scale), "is_causal": ir.BoolAttr.get(is_causal),
+                  "enable_gqa": ir.BoolAttr.get(groups > 1)}
+    out_metas = list(ctx.out_meta) if outputs > 1 else [ctx.out_meta]
+
+    def body(body_ctx, query, key, value, mask=None):
+        results = _attention(body_ctx, metas, query, key, value, mask, scale, is_causal, groups, outputs)
+        return [convert(r, m.dtype) for r, m in zip(results, out_metas)]
+
+    return _composite(ctx, name, operands, metas, attributes, [tensor_type(m.shape, m.dtype) for m in out_metas],
+                      body)
+
+
+@lower(aten.scaled_dot_product_attention.default)
+def scaled_dot_product_attention(ctx, query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, *,
+                                 scale=None, enable_gqa=False):
+    scale, groups = _options(ctx, scale, enable_gqa)
+    if dropout_p:  # random, so no composite: its decomposition function could not reach the rng_seed argument
+        metas = [ctx.arg_meta(i) for i in range(3)]
+        out = _attention(ctx, metas, query, key, value, attn_mask, scale, is_causal, groups, 1, dropout_p)[0]
+        return convert(out, ctx.out_dtype)
+    return _attention_composite(ctx, "torch.aten.scaled_dot_product_attention", query, key, value, attn_mask,
+                                scale, is_causal, groups, outputs=1)
+
+
+@lower(aten._scaled_dot_product_flash_attention_for_cpu.default)
+def flash_attention_for_cpu(ctx, query, key, value, dropout_p=0.0, is_causal=False, *, attn_mask=None, scale=None):
+    """Output and log-sum-exp (0 for a fully masked row, as torch's kernel)."""
+    if dropout_p != 0:
+        raise NotImplementedError(f"flash attention with dropout_p={dropout_p} (scaled_dot_product_attention "
+                                  f"with dropout is lowered)")
+    scale, _ = _options(ctx, scale, False)
+    return _attention_composite(ctx, "torch.aten._scaled_dot_product_flash_attention_for_cpu", query, key, value,
+                                attn_mask, scale, is_causal, 1, outputs=2)
