@@ -21,6 +21,7 @@ import tempfile
 from pathlib import Path
 
 import jaxlib
+from jaxlib import _jax
 
 DIR_VARIABLE = "TORCH_STABLEHLO_CACHE_DIR"
 MAX_BYTES_VARIABLE = "TORCH_STABLEHLO_CACHE_MAX_BYTES"
@@ -128,8 +129,6 @@ def _parts_file(entry: Path) -> Path:
 def canonical_options(compile_options=None) -> str:
     """A canonical form of ``CompileOptions`` for the key: the sha256 of its serialized proto, with the
     environment option overrides (a list of pairs, the only unordered part) sorted by name first."""
-    from jaxlib import _jax
-
     options = _jax.CompileOptions() if compile_options is None else compile_options
     overrides = list(options.env_option_overrides)
     if overrides:

@@ -15,6 +15,7 @@ from typing import Sequence
 import jax
 import numpy as np
 from jax.extend.backend import get_backend
+from jaxlib import _jax
 
 from stablehlo_ir.passes import prepare_for_xla
 from stablehlo_ir.refine import refine_shapes, shapes_key
@@ -40,8 +41,6 @@ def client(platform: str = "cpu"):
 def compile_options():
     """The ``CompileOptions`` every module is compiled with (the defaults, today); the disk cache's key
     covers them, so changing them here can never load an executable built with others."""
-    from jaxlib import _jax
-
     return _jax.CompileOptions()
 
 
