@@ -20,7 +20,8 @@ def op_histogram(mlir_text: str) -> Counter:
         return ir.WalkResult.ADVANCE
 
     with make_context() as context:
-        ir.Module.parse(mlir_text, context).operation.walk(visit)
+        module = ir.Module.parse(mlir_text, context)  # held while walked
+        module.operation.walk(visit)
     del counts["builtin.module"]
     return counts
 

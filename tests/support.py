@@ -118,7 +118,8 @@ def assert_lowers_with_symbolic_batch(function, x, *rest, reads_size=True) -> st
     program = export_with_symbolic_batch(function, x, *rest)
     text = export_to_stablehlo(program).stablehlo_text
     with make_context():
-        main = ir.Module.parse(text).body.operations[0]
+        module = ir.Module.parse(text)  # held: an operation of a freed module is freed memory
+        main = module.body.operations[0]
         results = ir.FunctionType(ir.TypeAttr(main.attributes["function_type"]).value).results
         actual = [list(ir.RankedTensorType(r).shape) for r in results]
         outputs = [node for node in program.graph.nodes if node.op == "output"][0].args[0]

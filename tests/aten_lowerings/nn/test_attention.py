@@ -120,7 +120,8 @@ def test_dynamic_batch_and_sequence_lower_to_a_valid_module():
     text = export_to_stablehlo(program).stablehlo_text
     assert "tensor<?x2x?x8xf32>" in text
     with make_context():
-        assert ir.Module.parse(text).operation.verify()
+        module = ir.Module.parse(text)
+        assert module.operation.verify()
 
 
 @pytest.mark.parametrize("options", [dict(), dict(is_causal=True), dict(enable_gqa=True)])
