@@ -1,5 +1,6 @@
 """Views and shape ops: view/reshape, (un)squeeze, permute/transpose, expand, flatten, cat/stack,
-split/chunk/unbind, slice/select/narrow, diff, repeat/tile, flip/roll, tril/triu, diagonal, as_strided, resize.
+split/chunk/unbind, slice/select/narrow, diff, repeat/tile, flip/roll, tril/triu, diagonal, unfold, as_strided, resize,
+and the ``*_copy`` variants of the views.
 
 Views are copies here (StableHLO values are immutable); export has already
 functionalised every mutation through a view. Slices, and the bounds they take
@@ -314,6 +315,20 @@ def diagonal(ctx, x, offset=0, dim1=0, dim2=1):
                           [*batch, length, length])
     flat = reshape(ctx, block, [*batch, length * length])
     return slice_dim(ctx, flat, lead, 0, length * length, ctx.out_shape, length + 1)
+
+
+@lower(aten.unfold.default, aten.unfold_copy.default)
+def unfold(ctx, x, dimension, size, step):
+    """Windows of ``size`` every ``step`` along ``dimension`` (a 0-d ``x`` seen as 1-d): one gather of positions
+    ``window * step + offset``, then the offsets' dim moved last."""
+    x_sizes = list(ctx.arg_meta(0).shape) or [1]
+    dim = normalize_dim(dimension, len(x_sizes))
+    grid = [ctx.out_shape[dim] if rank(x) else 1, size]
+    positions = stablehlo.add(stablehlo.multiply(iota(ctx, grid, 0), full_like(ctx, grid, step, torch.int64)),
+                              iota(ctx, grid, 1))
+    windows = take(ctx, reshape(ctx, x, x_sizes), dim, positions, [*x_sizes[:dim], *grid, *x_sizes[dim + 1:]])
+    order = [d for d in range(len(x_sizes) + 1) if d != dim + 1] + [dim + 1]
+    return reshape(ctx, stablehlo.transpose(windows, order), ctx.out_shape)
 
 
 @lower(aten.as_strided.default, aten.as_strided_copy.default)

@@ -35,6 +35,8 @@ CASES = {
     "squeeze_copy_dim": (aten.squeeze_copy.dim, lambda x: aten.squeeze_copy.dim(x, 2), [(1, 4, 1)]),
     "squeeze_copy_dims": (aten.squeeze_copy.dims, lambda x: aten.squeeze_copy.dims(x, [0, 2]), [(1, 4, 1)]),
     "expand_copy": (aten.expand_copy.default, lambda x: aten.expand_copy.default(x, [2, 4, -1]), [(4, 1)]),
+    "unfold_copy": (aten.unfold_copy.default, lambda x: aten.unfold_copy.default(x, 1, 2, 1), [X]),
+    "unfold_copy_step": (aten.unfold_copy.default, lambda x: aten.unfold_copy.default(x, -1, 2, 3), [X]),
     "diagonal_copy": (aten.diagonal_copy.default, lambda x: aten.diagonal_copy.default(x, 1, 1, 2), [X]),
     "as_strided_copy": (aten.as_strided_copy.default,
                         lambda x: aten.as_strided_copy.default(x, [2, 3], [5, 2], 1), [X]),
@@ -96,6 +98,7 @@ DYNAMIC = {
     "transpose_copy": lambda x: aten.transpose_copy.int(x, 0, 2),
     "view_copy": lambda x: aten.view_copy.default(x, [x.shape[0], 20]),
     "unbind_copy": lambda x: aten.unbind_copy.int(x, 2),
+    "unfold_copy": lambda x: aten.unfold_copy.default(x, 0, 2, 1),
 }
 
 
