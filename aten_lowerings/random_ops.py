@@ -96,11 +96,13 @@ def _scaled(ctx, value, factor, sizes):
     return stablehlo.multiply(value, full_like(ctx, sizes, factor, dtype_of(value)))
 
 
-@lower(aten.randperm.default)
-def randperm(ctx, n, **_kwargs):
-    """The positions of random 32-bit keys in sorted order (ties, rare, keep their order)."""
-    keys = random_bits(ctx, [n], torch.uint32)
-    return convert(sort_with_indices(ctx, keys, 0, False, [n])[1], ctx.out_dtype)
+@lower(aten.randperm.default, aten.randperm.generator)
+def randperm(ctx, _n, **_kwargs):
+    """The positions of random 32-bit keys in sorted order (ties, rare, keep their order). Sizes come from the
+    node's output (``n`` may be a SymInt, here a value); like every random op, a generator draws from the
+    program's seed instead."""
+    sizes = ctx.out_shape
+    return convert(sort_with_indices(ctx, random_bits(ctx, sizes, torch.uint32), 0, False, sizes)[1], ctx.out_dtype)
 
 
 # -- dropout ---------------------------------------------------------------------------------------------

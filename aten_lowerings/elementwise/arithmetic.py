@@ -136,7 +136,7 @@ def lerp(ctx, start, end, weight):
 # -- unary math ------------------------------------------------------------------
 
 for _op, _targets in {
-    stablehlo.negate: [aten.neg.default], stablehlo.abs: [aten.abs.default],
+    stablehlo.negate: [aten.neg.default, aten._neg_view_copy.default], stablehlo.abs: [aten.abs.default],
     stablehlo.exponential: [aten.exp.default], stablehlo.exponential_minus_one: [aten.expm1.default],
     stablehlo.log: [aten.log.default], stablehlo.log_plus_one: [aten.log1p.default],
     stablehlo.sqrt: [aten.sqrt.default], stablehlo.rsqrt: [aten.rsqrt.default],

@@ -77,10 +77,16 @@ def data_dependent_result(ctx, padded: ir.Value, actual: ir.Value, size, dim: in
 _LAYOUT_OPS = {aten.clone.default, aten.alias.default, aten.detach.default, aten._to_copy.default,
                aten.to.dtype, aten.to.dtype_layout, aten.to.device, aten.contiguous.default,
                aten.lift_fresh_copy.default, aten.permute.default, aten.transpose.int, aten.t.default,
-               aten.unsqueeze.default, aten.stack.default, aten._assert_tensor_metadata.default, aten.sym_size.int}
-# ops along one dim (``dim``, the second argument): they keep the padding of the other dims in place
+               aten.unsqueeze.default, aten.stack.default, aten._assert_tensor_metadata.default, aten.sym_size.int,
+               aten.alias_copy.default, aten.detach_copy.default, aten.permute_copy.default,
+               aten.transpose_copy.int, aten.t_copy.default, aten.unsqueeze_copy.default}
+# ops along one dim (``dim``, the second argument; the third for splits): they keep the padding of the other
+# dims in place
+_SPLITS = {aten.split.Tensor, aten.split_with_sizes.default, aten.split_copy.Tensor,
+           aten.split_with_sizes_copy.default}
 _ALONG_DIM = {aten.cat.default, aten.unbind.int, aten.select.int, aten.squeeze.dim, aten.slice.Tensor,
-              aten.narrow.default, aten.index_select.default, aten.split.Tensor, aten.split_with_sizes.default}
+              aten.narrow.default, aten.index_select.default, aten.unbind_copy.int, aten.select_copy.int,
+              aten.squeeze_copy.dim, aten.slice_copy.Tensor, aten.narrow_copy.default, *_SPLITS}
 # gathers: padded indices give padded rows of the result; a padded source would take wrapped (negative) indices
 # from its padding, so it must not be
 _GATHERS = {aten.index.Tensor, aten.gather.default}
@@ -96,7 +102,7 @@ def keeps_padding(node: torch.fx.Node) -> bool:
     if target not in _ALONG_DIM:
         return False
     dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0)
-    if target in (aten.split.Tensor, aten.split_with_sizes.default):
+    if target in _SPLITS:
         dim = node.args[2] if len(node.args) > 2 else node.kwargs.get("dim", 0)
     first = node.args[0]
     operands = first if isinstance(first, (list, tuple)) else [first]

@@ -77,6 +77,7 @@ RANDOM_OPS = frozenset({
     aten.normal.Tensor_float, aten.normal.float_Tensor, aten.normal.Tensor_Tensor, aten.normal.float_float,
     aten.normal_functional.default, aten.bernoulli.default, aten.bernoulli.p, aten.randint.low,
     aten.randint.default, aten.randint_like.default, aten.randint_like.low_dtype, aten.randperm.default,
+    aten.randperm.generator,
     aten.native_dropout.default, aten.dropout.default, aten.feature_dropout.default, aten.alpha_dropout.default,
     aten.feature_alpha_dropout.default, aten.rrelu_with_noise_functional.default, aten.geometric.default,
     aten.multinomial.default, aten.scaled_dot_product_attention.default})

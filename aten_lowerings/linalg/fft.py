@@ -76,7 +76,7 @@ def fft_c2c(ctx, x, dim, normalization, forward):
     return _transform(ctx, x, dim, kind, lambda ins, outs: ins, normalization, not forward)
 
 
-@lower(aten.view_as_real.default)
+@lower(aten.view_as_real.default, aten.view_as_real_copy.default)
 def view_as_real(ctx, x):
     """(..., ) complex -> (..., 2) real: the real and imaginary parts stacked last."""
     sizes = [*ctx.arg_meta(0).shape, 1]
@@ -89,7 +89,7 @@ def _parts_dtype(ctx) -> torch.dtype:
     return torch.float64 if ctx.out_dtype == torch.complex128 else torch.float32
 
 
-@lower(aten.view_as_complex.default)
+@lower(aten.view_as_complex.default, aten.view_as_complex_copy.default)
 def view_as_complex(ctx, x):
     """(..., 2) real -> (..., ) complex."""
     sizes = [*ctx.out_shape, 1]
@@ -112,7 +112,7 @@ def polar(ctx, magnitude, angle):
                                      stablehlo.multiply(magnitude, stablehlo.sine(angle))), ctx.out_dtype)
 
 
-@lower(aten._conj.default, aten.conj_physical.default, aten._conj_physical.default)
+@lower(aten._conj.default, aten.conj_physical.default, aten._conj_physical.default, aten._conj_copy.default)
 def conj(ctx, x):
     """The complex conjugate (export's ``_conj`` view is a copy here); real tensors are their own."""
     if dtype_of(x) not in _PARTS:

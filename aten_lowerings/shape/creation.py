@@ -56,7 +56,7 @@ def arange(ctx, *bounds, **kwargs):
 
 @lower(aten.to.dtype, aten.to.dtype_layout, aten.to.device, aten._to_copy.default,
        aten.type_as.default, aten.clone.default, aten.alias.default, aten.detach.default, aten.contiguous.default,
-       aten.lift_fresh_copy.default)
+       aten.lift_fresh_copy.default, aten.alias_copy.default, aten.detach_copy.default)
 def cast(ctx, x, *args, **kwargs):
     """Values are never aliased or laid out in StableHLO: all of these are a dtype conversion at most."""
     return convert(x, ctx.out_dtype)

@@ -12,7 +12,7 @@ from jaxlib.mlir.dialects import stablehlo
 from ..emit.elementwise import floor_quotient
 from ..emit.extremes import highest, lowest
 from ..emit.index_plans import IndexPlan, along_dim_plan, gather_plan, index_plan, scatter_plan
-from ..emit.slicing import index_value, slice_bounds, strided_slice, wrap_index
+from ..emit.slicing import index_value, slice_bounds, strided_slice, take, wrap_index
 from ..helpers import (as_tensor, broadcast_in_dim, broadcast_to, convert, dtype_of, full_like, iota, normalize_dim,
                        rank, reshape)
 from ..registry import lower
@@ -47,21 +47,18 @@ def _along(ctx, x, dim, index, index_meta):
     return reshape(ctx, x, x_sizes), x_sizes, {dim: (reshape(ctx, index, index_sizes), meta)}
 
 
-def _take(ctx, x, dim, index, index_meta):
-    """``x`` indexed along one dim (index_select, embedding), reshaped to the node's output."""
-    x, x_sizes, indexed = _along(ctx, x, dim, index, index_meta)
-    return reshape(ctx, gather_plan(ctx, x, x_sizes, index_plan(ctx, x_sizes, indexed)), ctx.out_shape)
-
-
 @lower(aten.index_select.default)
 def index_select(ctx, x, dim, index):
-    return _take(ctx, x, dim, index, ctx.arg_meta(2))
+    """``x`` indexed along one dim, reshaped to the node's output."""
+    x, x_sizes, indexed = _along(ctx, x, dim, index, ctx.arg_meta(2))
+    return reshape(ctx, gather_plan(ctx, x, x_sizes, index_plan(ctx, x_sizes, indexed)), ctx.out_shape)
 
 
 @lower(aten.embedding.default)
 def embedding(ctx, weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
-    """``padding_idx`` only affects the gradient."""
-    return _take(ctx, weight, 0, indices, ctx.arg_meta(1))
+    """Rows of ``weight`` taken as they are: torch's embedding rejects negative indices, so none are wrapped.
+    ``padding_idx`` only affects the gradient."""
+    return take(ctx, weight, 0, convert(indices, torch.int64), ctx.out_shape)
 
 
 @lower(aten.gather.default)

@@ -1,5 +1,6 @@
 """Views and shape ops: view/reshape, (un)squeeze, permute/transpose, expand, flatten, cat/stack,
-split/chunk/unbind, slice/select/narrow, diff, repeat/tile, flip/roll, tril/triu, diagonal, as_strided, resize.
+split/chunk/unbind, slice/select/narrow, diff, repeat/tile, flip/roll, tril/triu, diagonal, unfold, as_strided, resize,
+and the ``*_copy`` variants of the views.
 
 Views are copies here (StableHLO values are immutable); export has already
 functionalised every mutation through a view. Slices, and the bounds they take
@@ -18,7 +19,7 @@ from ..emit.slicing import (dim_length, index_value, known_int, slice_bounds, sl
                             wrap_index)
 from ..helpers import (broadcast_in_dim, broadcast_to, compare, constant, convert, full_like, iota, normalize_dim,
                        normalize_dims, rank, reshape, static_shape)
-from ..mlir_types import DYNAMIC
+from ..mlir_types import DYNAMIC, tensor_type
 from ..registry import lower
 
 aten = torch.ops.aten
@@ -33,7 +34,7 @@ def _add(ctx, a, b):
     return stablehlo.add(index_value(ctx, a), index_value(ctx, b))
 
 
-@lower(aten.slice.Tensor)
+@lower(aten.slice.Tensor, aten.slice_copy.Tensor)
 def slice_(ctx, x, dim=0, start=None, end=None, step=1):
     dim = normalize_dim(dim, rank(x))
     start, end = slice_bounds(ctx, start, end, dim_length(ctx, x, dim))
@@ -59,14 +60,14 @@ def _padded_slice(ctx, x, dim, start, end, step):
     return result
 
 
-@lower(aten.narrow.default)
+@lower(aten.narrow.default, aten.narrow_copy.default)
 def narrow(ctx, x, dim, start, length):
     dim = normalize_dim(dim, rank(x))
     start = wrap_index(ctx, start, dim_length(ctx, x, dim))
     return slice_dim(ctx, x, dim, start, _add(ctx, start, length), ctx.out_shape)
 
 
-@lower(aten.select.int)
+@lower(aten.select.int, aten.select_copy.int)
 def select(ctx, x, dim, index):
     dim = normalize_dim(dim, rank(x))
     index = wrap_index(ctx, index, dim_length(ctx, x, dim))
@@ -85,7 +86,8 @@ def _split(ctx, x, dim, lengths, sizes):
 
 
 @lower(aten.split.Tensor, aten.split_with_sizes.default, aten.chunk.default,
-       aten.tensor_split.sections, aten.tensor_split.indices)
+       aten.tensor_split.sections, aten.tensor_split.indices, aten.split_copy.Tensor,
+       aten.split_with_sizes_copy.default)
 def split(ctx, x, _sizes_or_sections, dim=0):
     """Every split-like op cuts consecutive pieces; their lengths are read off the node's outputs."""
     dim = normalize_dim(dim, rank(x))
@@ -93,7 +95,7 @@ def split(ctx, x, _sizes_or_sections, dim=0):
     return _split(ctx, x, dim, [s[dim] for s in sizes], sizes)
 
 
-@lower(aten.unbind.int)
+@lower(aten.unbind.int, aten.unbind_copy.int)
 def unbind(ctx, x, dim=0):
     dim = normalize_dim(dim, rank(x))
     out_sizes = [meta.shape for meta in ctx.out_meta]
@@ -107,13 +109,35 @@ def unbind(ctx, x, dim=0):
 
 @lower(aten.view.default, aten.reshape.default, aten._unsafe_view.default, aten.view_as.default,
        aten.unsqueeze.default, aten.squeeze.default, aten.squeeze.dim, aten.squeeze.dims,
-       aten.flatten.using_ints, aten.unflatten.int)
+       aten.flatten.using_ints, aten.unflatten.int, aten.view_copy.default, aten._reshape_copy.default,
+       aten._reshape_alias_copy.default, aten.unsqueeze_copy.default, aten.squeeze_copy.default,
+       aten.squeeze_copy.dim, aten.squeeze_copy.dims)
 def view(ctx, x, *_shape_args):
     """All of these keep the element order: a reshape to the node's output shape."""
     return reshape(ctx, x, ctx.out_shape)
 
 
-@lower(aten.expand.default, aten.expand_as.default)
+def _stored(dtype: torch.dtype) -> torch.dtype:
+    """bool is stored as a byte: ``view(dtype)`` reads and writes that byte."""
+    return torch.uint8 if dtype == torch.bool else dtype
+
+
+@lower(aten.view.dtype, aten.view_copy.dtype)
+def view_dtype(ctx, x, _dtype):
+    """The same bytes read as another dtype (``bitcast_convert``, little-endian as on every PJRT host): to a
+    narrower dtype each element becomes a run along the last dim, to a wider one each run becomes one element."""
+    source, target = _stored(ctx.arg_meta(0).dtype), _stored(ctx.out_dtype)
+    if source.is_complex or target.is_complex:
+        raise NotImplementedError("view(dtype) from or to a complex dtype")
+    x, ratio = convert(x, source), source.itemsize // target.itemsize
+    if target.itemsize > source.itemsize:
+        x = reshape(ctx, x, [*ctx.out_shape, target.itemsize // source.itemsize])
+    sizes = [*ctx.arg_meta(0).shape, ratio] if ratio > 1 else ctx.out_shape
+    value = reshape(ctx, stablehlo.bitcast_convert(tensor_type(sizes, target), x), ctx.out_shape)
+    return convert(value, ctx.out_dtype)
+
+
+@lower(aten.expand.default, aten.expand_as.default, aten.expand_copy.default)
 def expand(ctx, x, *_size_args, implicit=False):
     return broadcast_to(ctx, x, ctx.out_shape)
 
@@ -145,12 +169,12 @@ def _dims_in_order(dims, ndim: int) -> list[int]:
     return [normalize_dim(d, ndim) for d in ([dims] if isinstance(dims, int) else dims)]
 
 
-@lower(aten.permute.default)
+@lower(aten.permute.default, aten.permute_copy.default)
 def permute(ctx, x, dims):
     return stablehlo.transpose(x, _dims_in_order(dims, rank(x)))
 
 
-@lower(aten.transpose.int, aten.swapaxes.default, aten.swapdims.default)
+@lower(aten.transpose.int, aten.swapaxes.default, aten.swapdims.default, aten.transpose_copy.int)
 def transpose(ctx, x, dim0, dim1):
     perm = list(range(rank(x)))
     dim0, dim1 = normalize_dim(dim0, rank(x)), normalize_dim(dim1, rank(x))
@@ -158,7 +182,7 @@ def transpose(ctx, x, dim0, dim1):
     return stablehlo.transpose(x, perm)
 
 
-@lower(aten.t.default)
+@lower(aten.t.default, aten.t_copy.default)
 def t(ctx, x):
     return transpose(ctx, x, 0, 1) if rank(x) == 2 else x
 
@@ -278,7 +302,7 @@ lower(aten.triu.default)(_triangle("GE"))
 # -- diagonals, strided views, resize -----------------------------------------------------------------
 
 
-@lower(aten.diagonal.default)
+@lower(aten.diagonal.default, aten.diagonal_copy.default)
 def diagonal(ctx, x, offset=0, dim1=0, dim2=1):
     """The two dims moved last, the square block holding the diagonal cut out and flattened, then every
     (length + 1)-th element."""
@@ -293,7 +317,21 @@ def diagonal(ctx, x, offset=0, dim1=0, dim2=1):
     return slice_dim(ctx, flat, lead, 0, length * length, ctx.out_shape, length + 1)
 
 
-@lower(aten.as_strided.default)
+@lower(aten.unfold.default, aten.unfold_copy.default)
+def unfold(ctx, x, dimension, size, step):
+    """Windows of ``size`` every ``step`` along ``dimension`` (a 0-d ``x`` seen as 1-d): one gather of positions
+    ``window * step + offset``, then the offsets' dim moved last."""
+    x_sizes = list(ctx.arg_meta(0).shape) or [1]
+    dim = normalize_dim(dimension, len(x_sizes))
+    grid = [ctx.out_shape[dim] if rank(x) else 1, size]
+    positions = stablehlo.add(stablehlo.multiply(iota(ctx, grid, 0), full_like(ctx, grid, step, torch.int64)),
+                              iota(ctx, grid, 1))
+    windows = take(ctx, reshape(ctx, x, x_sizes), dim, positions, [*x_sizes[:dim], *grid, *x_sizes[dim + 1:]])
+    order = [d for d in range(len(x_sizes) + 1) if d != dim + 1] + [dim + 1]
+    return reshape(ctx, stablehlo.transpose(windows, order), ctx.out_shape)
+
+
+@lower(aten.as_strided.default, aten.as_strided_copy.default)
 def as_strided(ctx, x, size, stride, storage_offset=None):
     """Element ``storage_offset + sum(i_d * stride_d)`` of the row-major flattening of ``x``. In an exported
     graph ``x`` is a value of its own, not a view of a larger storage (functionalisation has materialised

@@ -42,6 +42,8 @@ def test_elementwise_and_layout_ops_on_the_result():
     x = sparse((4, 5), torch.float32)
     assert_matches_eager(lambda x: (torch.nonzero(x).t() * 2 + 1).float().sigmoid(), x)
     assert_matches_eager(lambda x: torch.stack([torch.nonzero(x)[:, 1], torch.nonzero(x)[:, 0]], 1), x)
+    # the *_copy variants of the views, as functional graphs hold them
+    assert_matches_eager(lambda x: aten.t_copy.default(aten.select_copy.int(torch.nonzero(x), 1, -1)[None]), x)
 
 
 def test_indexing_by_the_result():

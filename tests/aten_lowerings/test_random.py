@@ -9,7 +9,7 @@ import math
 import pytest
 import torch
 
-from exporter import export_to_stablehlo, load_artifact
+from exporter import LoweringError, export_to_stablehlo, load_artifact
 from tests.support import FunctionModule, assert_matches_eager, make
 
 aten = torch.ops.aten
@@ -93,6 +93,23 @@ def test_randperm_is_a_permutation():
     assert torch.equal(first.sort().values, torch.arange(1000))
     assert not torch.equal(first, second)
 
+
+
+@pytest.mark.parametrize("strict", [False, True])
+@pytest.mark.parametrize("function", [aten.randperm, lambda n: torch.randperm(n, generator=None)],
+                         ids=["op_packet", "generator_none"])
+def test_randperm_as_the_core_op_tests_call_it(function, strict):
+    """The op called with ``n`` alone (export makes it a constant); ``generator=None`` exports as the
+    ``randperm.generator`` overload."""
+    program = torch.export.export(FunctionModule(function), (20,), strict=strict)
+    assert torch.equal(export_to_stablehlo(program)(20).sort().values, torch.arange(20))
+
+
+def test_randperm_of_a_symbolic_size_says_so():
+    program = torch.export.export(FunctionModule(lambda x: torch.randperm(x.shape[0])), (torch.zeros(7),),
+                                  dynamic_shapes=(({0: torch.export.Dim("n", min=2, max=50)},),))
+    with pytest.raises(LoweringError, match="random tensors of symbolic size"):
+        export_to_stablehlo(program)
 
 def test_saved_bundle_takes_the_seed(tmp_path):
     x = torch.zeros(256)

@@ -169,9 +169,21 @@ def test_symbolic_batch_lowers_to_dynamic_ops(name):
 
 
 def test_embedding_of_symbolic_length_ids():
+    """One gather with static slice sizes: the ids' symbolic length is the result's, no size is read."""
     assert_lowers_with_symbolic_batch(lambda ids, w: torch.nn.functional.embedding(ids, w),
-                                      torch.randint(0, 10, (4, 3)), make((10, 4), normal=True))
+                                      torch.randint(0, 10, (4, 3)), make((10, 4), normal=True), reads_size=False)
 
+
+
+@pytest.mark.parametrize("ids_dtype", [torch.int64, torch.int32])
+@pytest.mark.parametrize("ids_shape", [(2, 5), ()])
+def test_embedding_takes_rows_without_wrapping(ids_shape, ids_dtype):
+    """torch's embedding rejects negative ids, so the module is one gather: no compare/select wrapping them
+    (index_select and advanced indexing, which take negatives, keep theirs)."""
+    embedding = torch.nn.Embedding(10, 4, padding_idx=0)
+    text = assert_matches_eager(embedding, make(ids_shape, ids_dtype, 0, 10)).stablehlo_text
+    assert "stablehlo.gather" in text
+    assert "stablehlo.compare" not in text and "stablehlo.select" not in text
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64, torch.bool])
 @pytest.mark.parametrize("mask_shape, source_shape", [((4, 5), (25,)), ((1, 5), (3, 9)), ((4, 5), (7,))])

@@ -200,6 +200,13 @@ def test_as_strided(shape, size, stride, offset, dtype):
                   make(shape, dtype, -10, 10, normal=True))
 
 
+@pytest.mark.parametrize("shape, dim, size, step", [((3, 4, 5), 2, 2, 1), ((3, 4, 5), -1, 2, 2), ((3, 4, 5), 0, 3, 1),
+                                                     ((7,), 0, 3, 2), ((4, 6), 1, 6, 1), ((4, 6), 1, 1, 3), ((), 0, 1, 1)])
+def test_unfold(shape, dim, size, step):
+    """Windows of ``size`` every ``step``, as one gather (no as_strided decomposition)."""
+    assert_lowers([aten.unfold.default], lambda x: x.unfold(dim, size, step) * 1, make(shape, normal=True))
+
+
 def test_shrinking_resize_functionalises_to_as_strided():
     assert_lowers([aten.as_strided.default], lambda x: x.clone().resize_(2, 5) + 1, make((3, 4), normal=True))
 
