@@ -9,7 +9,7 @@ from torch._higher_order_ops.scan import scan
 from exporter import scan_layers
 
 from .quantized import TransformerBlock
-from .zoo import Built, example_generator, register, seeded_model
+from .zoo import DYNAMIC, Built, batch_variant, example_generator, register, seeded_model
 
 VOCAB = 64
 
@@ -77,20 +77,26 @@ class CondHeads(nn.Module):
 
 @register("decoder_scan_layers", tags=("torch", "small", "attention", "sdpa", "control_flow"),
           description="4-block causal decoder whose blocks run as one scan over stacked weights (scan_layers)")
-def _decoder_scan_layers() -> Built:
-    return decoder()
+def _decoder_scan_layers(batch: int = 2, length: int = 8) -> Built:
+    return decoder(batch=batch, length=length)
 
 
 @register("rnn_scan", tags=("torch", "small", "control_flow"),
           description="Elman RNN as one torch scan over time (dim=1), every hidden state and the last")
-def _rnn_scan() -> Built:
+def _rnn_scan(batch: int = 2) -> Built:
     generator = example_generator()
     model = seeded_model(ScanRNN)
-    return Built(model, (torch.randn(2, 7, 6, generator=generator), torch.randn(2, 16, generator=generator)))
+    return Built(model, (torch.randn(batch, 7, 6, generator=generator), torch.randn(batch, 16, generator=generator)))
 
 
 @register("cond_heads", tags=("torch", "small", "control_flow"),
           description="MLP with a data-dependent torch.cond choosing between two heads")
-def _cond_heads() -> Built:
+def _cond_heads(batch: int = 4) -> Built:
     model = seeded_model(CondHeads)
-    return Built(model, (torch.randn(4, 16, generator=example_generator()),))
+    return Built(model, (torch.randn(batch, 16, generator=example_generator()),))
+
+
+DYNAMIC.update({"rnn_scan": batch_variant(8, inputs=2), "cond_heads": batch_variant(16)})
+STATIC_ONLY = {"decoder_scan_layers": "torch 2.13's scan tracing specialises the batch of the carried activations "
+                                      "(torch.export raises: 'your code specialized it to be a constant')"}
+"""Float zoo models without a dynamic variant, and why (tests/golden/test_dynamic_zoo.py checks the why)."""

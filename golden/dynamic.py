@@ -54,8 +54,7 @@ def export_variant(name: str):
     if variant is None:
         raise KeyError(f"zoo model {name!r} has no dynamic variant; known: {', '.join(zoo.DYNAMIC)}")
     built = zoo.get(name).build(**variant.example)
-    program = torch.export.export(built.model, tuple(built.args), dict(built.kwargs),
-                                  dynamic_shapes=variant.dynamic_shapes(built))
+    program = zoo.fresh_export(built.model, built.args, built.kwargs, variant.dynamic_shapes(built))
     return built, export_to_stablehlo(program)
 
 

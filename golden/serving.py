@@ -140,7 +140,7 @@ def _prepare(name: str, folder: Path) -> _Prepared:
     folder.mkdir(parents=True, exist_ok=True)
     entry, golden = zoo.get(name), store.load_golden(name)
     built = entry.build()
-    artifact = export_to_stablehlo(torch.export.export(built.model, tuple(golden.args), dict(golden.kwargs)))
+    artifact = export_to_stablehlo(zoo.fresh_export(built.model, golden.args, golden.kwargs))
     artifact.save(folder / BUNDLE)
     artifact.save_tf_saved_model(folder / "saved_model")
     slots = [slot for slot in artifact.signature.user_inputs if slot.tensor is not None]

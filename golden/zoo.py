@@ -87,6 +87,13 @@ def example_generator() -> torch.Generator:
     return torch.Generator().manual_seed(SEED)
 
 
+def fresh_export(model: nn.Module, args: tuple, kwargs: dict, dynamic_shapes=None) -> torch.export.ExportedProgram:
+    """``torch.export.export``, after clearing dynamo's caches: an earlier export of a model with torch's
+    ``scan`` leaves guards that break (IndexError) or over-specialise the next one (torch 2.13)."""
+    torch._dynamo.reset()
+    return torch.export.export(model, tuple(args), dict(kwargs), dynamic_shapes=dynamic_shapes)
+
+
 def seeded_model(build_model: Callable[[], nn.Module]) -> nn.Module:
     torch.manual_seed(SEED)
     with torch.no_grad():
@@ -279,8 +286,9 @@ class DynamicVariant:
         return tuple(specs.get(i) for i in range(len(built.args)))
 
 
-def _batch_variant(high: int) -> DynamicVariant:
-    return DynamicVariant({"batch": (1, high)}, {0: {0: "batch"}},
+def batch_variant(high: int, inputs: int = 1) -> DynamicVariant:
+    """Dim 0 of the first ``inputs`` positional inputs is the batch, 1..``high``."""
+    return DynamicVariant({"batch": (1, high)}, {i: {0: "batch"} for i in range(inputs)},
                           ({"batch": 1}, {"batch": 3}, {"batch": high}), {"batch": 2})
 
 
@@ -297,9 +305,9 @@ _GPT2_INPUTS = ("input_ids", "attention_mask")
 # GPT-2 allows 1024 positions: 128 keeps the largest call's logits (50257 wide) small; llama and bert go to
 # their configs' max_position_embeddings
 DYNAMIC: dict[str, DynamicVariant] = {
-    "mlp": _batch_variant(64),
-    "cnn": _batch_variant(16),
-    "vit": _batch_variant(8),
+    "mlp": batch_variant(64),
+    "cnn": batch_variant(16),
+    "vit": batch_variant(8),
     "gpt2_2layer": _text_variant(_GPT2_INPUTS, 128),
     "gpt2_2layer_eager": _text_variant(_GPT2_INPUTS, 128),
     "gpt2_12layer": _text_variant(_GPT2_INPUTS, 128),
