@@ -118,7 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
     run = commands.add_parser("run", parents=[common], help="run a bundle on inputs from an .npz file",
                               description="Run a bundle on PJRT. The .npz holds one array per tensor input, "
                                           "named as in the bundle's signature (see inspect); outputs are "
-                                          "written as output_0, output_1, ...")
+                                          "written by their signature names (logits, pair.0, output_0, ...)")
     run.add_argument("bundle", type=Path)
     run.add_argument("--inputs", type=Path, required=True, help="inputs .npz")
     run.add_argument("--output", type=Path, required=True, help="outputs .npz to write")
