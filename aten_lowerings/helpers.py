@@ -181,7 +181,8 @@ def broadcast_in_dim(ctx: LoweringContext, value: ir.Value, sizes, dims: Sequenc
         return value
     if is_static(sizes):
         return stablehlo.broadcast_in_dim(result_type, value, list(dims))
-    expanding = [i for i, (size, d) in enumerate(zip(static_shape(value), dims)) if size == 1 and sizes[d] != 1]
+    expanding = [i for i, (size, d) in enumerate(zip(static_shape(value), dims))
+                 if size == 1 and size_expr(sizes[d]) != 1]  # sympy's != compares, torch's would guard
     kept = [i for i in range(len(dims)) if i not in expanding]
     return stablehlo.dynamic_broadcast_in_dim(result_type, value, ctx.shape_value(sizes), list(dims),
                                               known_expanding_dimensions=expanding or None,
