@@ -16,6 +16,7 @@ from jaxlib.mlir.dialects import stablehlo
 
 from .context import LoweringContext
 from .mlir_types import DYNAMIC, element_type, is_unsigned, mlir_shape, tensor_type
+from .shape_values import size_expr
 
 # --------------------------------------------------------------------------
 # types
@@ -162,17 +163,30 @@ def is_static(sizes) -> bool:
     return all(isinstance(s, int) or s.node.maybe_as_int() is not None for s in sizes)
 
 
+def has_sizes(ctx: LoweringContext, value: ir.Value, sizes) -> bool:
+    """Whether ``value``, whose type has the shape of torch ``sizes``, is known to have those sizes: they are
+    static, or the value's symbolic sizes are recorded and equal them."""
+    return is_static(sizes) or ctx.dims.sizes_of(value) == tuple(size_expr(s) for s in sizes)
+
+
 def broadcast_in_dim(ctx: LoweringContext, value: ir.Value, sizes, dims: Sequence[int],
                      element: ir.Type | None = None) -> ir.Value:
     """``broadcast_in_dim`` to torch sizes (static or symbolic); ``dims`` maps operand dims to result dims.
     ``element`` is the result's element type where it differs from the operand's (a per-axis quant type's
-    axis moves with its dim)."""
+    axis moves with its dim). A dynamic broadcast says which operand dims expand: the static size-1 ones (torch
+    never broadcasts a symbolic size, export assumes it is not 1), so consumers that need to know (IREE) can
+    lower it."""
     result_type = ir.RankedTensorType.get(mlir_shape(sizes), element or value_type(value).element_type)
+    if value_type(value) == result_type and list(dims) == list(range(len(dims))) and has_sizes(ctx, value, sizes):
+        return value
     if is_static(sizes):
-        if value_type(value) == result_type and list(dims) == list(range(len(dims))):
-            return value
         return stablehlo.broadcast_in_dim(result_type, value, list(dims))
-    return stablehlo.dynamic_broadcast_in_dim(result_type, value, ctx.shape_value(sizes), list(dims))
+    expanding = [i for i, (size, d) in enumerate(zip(static_shape(value), dims))
+                 if size == 1 and size_expr(sizes[d]) != 1]  # sympy's != compares, torch's would guard
+    kept = [i for i in range(len(dims)) if i not in expanding]
+    return stablehlo.dynamic_broadcast_in_dim(result_type, value, ctx.shape_value(sizes), list(dims),
+                                              known_expanding_dimensions=expanding or None,
+                                              known_nonexpanding_dimensions=kept or None)
 
 
 def broadcast_to(ctx: LoweringContext, value: ir.Value, sizes) -> ir.Value:
@@ -195,8 +209,7 @@ def dim_size(ctx: LoweringContext, value: ir.Value, dim: int) -> ir.Value:
     size = static_shape(value)[dim]
     if size != DYNAMIC:
         return ctx.size_value(size)
-    as_i32 = stablehlo.get_dimension_size(value, dim)
-    return stablehlo.convert(ir.RankedTensorType.get([], ir.IntegerType.get_signless(64)), as_i32)
+    return ctx.dims.read(value, dim)
 
 
 def normalize_dim(dim: int, ndim: int) -> int:

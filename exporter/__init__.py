@@ -2,6 +2,7 @@
 from .api import export_to_stablehlo
 from .artifact import StableHLOArtifact, load_artifact
 from .divergence import Divergence, find_divergence
+from .iree import compile_for_iree, iree_module
 from .errors import (BundleError, BundleVersionError, ExportError, LoweringError, ShardingError,
                      UnsupportedOpsError, WeightsError)
 from .scan_layers import scan_layers
@@ -10,6 +11,6 @@ from runtime.spmd import MeshError
 from runtime.validation import InputError
 
 __all__ = ["export_to_stablehlo", "load_artifact", "StableHLOArtifact", "find_divergence", "Divergence",
-           "scan_layers", "mark_sharding", "tensor_parallel_shardings", "ExportError", "LoweringError",
+           "scan_layers", "iree_module", "compile_for_iree", "mark_sharding", "tensor_parallel_shardings", "ExportError", "LoweringError",
            "UnsupportedOpsError", "InputError", "BundleError", "BundleVersionError", "WeightsError",
            "ShardingError", "MeshError"]

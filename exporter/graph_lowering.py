@@ -144,13 +144,24 @@ class GraphLowering:
             kwargs = torch.fx.node.map_arg(node.kwargs, env.__getitem__)
             ctx = LoweringContext(node, self.dims, self.lower_graph, self._rng_key if self._seed is not None else None)
             try:
-                return rule(ctx, *args, **kwargs)
+                result = rule(ctx, *args, **kwargs)
             except LoweringError:
                 raise
             except Exception as error:
                 raise LoweringError(
                     f"lowering {name} failed at {describe(node)}: {type(error).__name__}: {error}\n"
                     f"  node: {node.format_node()}") from error
+            self._note_sizes(meta, result)
+            return result
+
+    def _note_sizes(self, meta, result) -> None:
+        """Tell the shape values the torch sizes of a node's tensor results (so a broadcast to the same sizes is
+        no op and a size is read from its expression, not from the tensor)."""
+        if isinstance(meta, torch.Tensor) and isinstance(result, ir.Value):
+            self.dims.note(result, meta.shape)
+        elif isinstance(meta, (tuple, list)) and isinstance(result, (tuple, list)):
+            for part_meta, part in zip(meta, result):
+                self._note_sizes(part_meta, part)
 
     def _check_padded_operands(self, node: torch.fx.Node, name: str) -> None:
         """Raise unless ``node`` keeps the padding of the data-dependent tensors it takes (see

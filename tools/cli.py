@@ -1,4 +1,4 @@
-"""``torch-stablehlo`` (also ``python -m tools``): export, run, verify, inspect, coverage, explore.
+"""``torch-stablehlo`` (also ``python -m tools``): export, run, verify, inspect, coverage, explore, iree.
 
 Every command exits 0 when it succeeds. On failure it prints one line saying why on
 stderr and exits 1 (``--traceback`` prints the traceback too); usage errors exit 2.
@@ -22,6 +22,7 @@ from tqdm import tqdm
 from exporter import export_to_stablehlo, find_divergence, load_artifact
 from exporter.bundle import DEFAULT_SHARD_BYTES
 from exporter.inspection import bundle_report, format_report, human_size
+from exporter.iree import TARGET, compile_for_iree, parse_sizes
 from exporter.npz import run_npz
 from exporter.versions import DEFAULT_TARGET, TARGET_CHOICES
 from golden import store, zoo
@@ -172,6 +173,16 @@ def build_parser() -> argparse.ArgumentParser:
                          help="write the overlays as Model Explorer node data here instead of starting a server")
     explore.add_argument("--port", type=int, default=8080, help="the server's port (default: 8080)")
     explore.set_defaults(run=_explore)
+
+    iree = commands.add_parser("iree", parents=[common], help="compile a bundle with IREE to a .vmfb",
+                               description="Compile a bundle's module with IREE (the dev extra's iree-base-compiler). "
+                                           "A dynamic module is specialised to --sizes first (see docs/iree.md).")
+    iree.add_argument("bundle", type=Path)
+    iree.add_argument("--out", type=Path, required=True, help=".vmfb to write")
+    iree.add_argument("--sizes", type=parse_sizes, default=None, metavar="NAME=INT,...",
+                      help="a size for every symbolic dim, named as in the signature, e.g. batch=4,seq=16")
+    iree.add_argument("--target", default=TARGET, help=f"IREE target backend (default {TARGET}: the host CPU)")
+    iree.set_defaults(run=_iree)
     return parser
 
 
@@ -305,6 +316,15 @@ def _explore(options) -> int:
             print(f"wrote {path}")
         return 0
     explore.serve(options.bundle, shown, options.port)
+    return 0
+
+
+def _iree(options) -> int:
+    artifact = load_artifact(options.bundle)
+    with _progress(1) as step, step("compiling with IREE"):
+        vmfb = compile_for_iree(artifact, options.sizes, target=options.target)
+    options.out.write_bytes(vmfb)
+    print(f"wrote {options.out} ({human_size(len(vmfb))}); @main takes the weights first, then the inputs")
     return 0
 
 

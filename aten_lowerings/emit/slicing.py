@@ -35,12 +35,6 @@ def dim_length(ctx, x: ir.Value, dim: int):
     return size if size != DYNAMIC else dim_size(ctx, x, dim)
 
 
-def _vector(ctx, entries) -> ir.Value:
-    """1-d i64 tensor from ints, SymInts and 0-d i64 values."""
-    one_d = ir.RankedTensorType.get([1], ir.IntegerType.get_signless(64))
-    return stablehlo.concatenate([stablehlo.reshape(one_d, index_value(ctx, e)) for e in entries], 0)
-
-
 def wrap_index(ctx, index, size):
     """A possibly negative index (or 0-d value) made non-negative the way torch does (``index + size``)."""
     static_index, static_size = known_int(index), known_int(size)
@@ -75,8 +69,8 @@ def strided_slice(ctx, x: ir.Value, starts, limits, strides, sizes) -> ir.Value:
         if static[:r] == [0] * r and static[r:2 * r] == static_shape(x) and static[2 * r:] == [1] * r:
             return x
         return stablehlo.slice(x, static[:r], static[r:2 * r], static[2 * r:])
-    return stablehlo.real_dynamic_slice(tensor_type(sizes, dtype_of(x)), x, _vector(ctx, starts),
-                                        _vector(ctx, limits), _vector(ctx, strides))
+    return stablehlo.real_dynamic_slice(tensor_type(sizes, dtype_of(x)), x, ctx.shape_value(starts),
+                                        ctx.shape_value(limits), ctx.shape_value(strides))
 
 
 def slice_dim(ctx, x: ir.Value, dim: int, start, limit, sizes, step: int = 1) -> ir.Value:

@@ -24,34 +24,20 @@ from ..helpers import (broadcast_in_dim, broadcast_to, compare, compute_dtype, c
                        full_like, iota, reduce, reshape)
 from ..mlir_types import mlir_shape, tensor_type
 from ..registry import lower
-from ..shape_values import I64, SymbolicDims
+from ..shape_values import SymbolicDims
 
 aten = torch.ops.aten
 
 
 # -- the composite wrapper ------------------------------------------------------------
 
-class _ArgumentDims(SymbolicDims):
-    """Sizes inside a decomposition function, which cannot see the graph's inputs: a symbolic size
-    equal to some dim of the function's arguments is read from that argument."""
-
-    def __init__(self, arguments, metas):
-        super().__init__()
-        self._dims, self._sizes = {}, {}
-        for value, meta in zip(arguments, metas):
-            for dim, size in enumerate(meta.shape):
-                if isinstance(size, torch.SymInt) and size.node.maybe_as_int() is None:
-                    self._dims.setdefault(size.node.expr, (value, dim))
-
-    def size(self, size) -> ir.Value:
-        expr = size.node.expr if isinstance(size, torch.SymInt) else None
-        if expr not in self._dims:
-            return super().size(size)
-        if expr not in self._sizes:
-            value, dim = self._dims[expr]
-            self._sizes[expr] = stablehlo.convert(ir.RankedTensorType.get([], I64()),
-                                                  stablehlo.get_dimension_size(value, dim))
-        return self._sizes[expr]
+def _argument_dims(arguments, metas) -> SymbolicDims:
+    """Sizes inside a decomposition function, which cannot see the graph's inputs: each symbolic size is read
+    from a dim of the function's arguments that has it."""
+    dims = SymbolicDims()
+    for value, meta in zip(arguments, metas):
+        dims.bind_input(value, meta.shape)
+    return dims
 
 
 def _composite(ctx, name: str, operands, metas, attributes: dict, result_types, body):
@@ -62,7 +48,7 @@ def _composite(ctx, name: str, operands, metas, attributes: dict, result_types, 
                            visibility="private", ip=ir.InsertionPoint(module.regions[0].blocks[0]))
     symbol = ir.SymbolTable(module).insert(function.operation)
     block = function.add_entry_block()
-    body_ctx = LoweringContext(ctx.node, _ArgumentDims(block.arguments, metas), ctx.lower_graph)
+    body_ctx = LoweringContext(ctx.node, _argument_dims(block.arguments, metas), ctx.lower_graph)
     with ir.InsertionPoint(block):
         func.ReturnOp(body(body_ctx, *block.arguments))
     return stablehlo.composite(result_types, operands, name, ir.FlatSymbolRefAttr.get(symbol.value), 0,

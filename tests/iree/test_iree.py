@@ -1,0 +1,110 @@
+"""IREE as a second consumer: the golden zoo's float models compiled by IREE for the host CPU (llvm-cpu) and run by
+its runtime, against the stored goldens (static) and eager torch (dynamic, specialised by ``iree_module``) at
+the zoo's tolerance. Each module is compiled once per session. gpt2_12layer is left out: its compile alone
+takes longer than this whole module should (the 2-layer GPT-2s cover the same ops)."""
+from __future__ import annotations
+
+import functools
+
+import iree.runtime as ireert
+import numpy as np
+import pytest
+import torch
+
+from exporter import compile_for_iree, export_to_stablehlo, iree_module
+from golden import dynamic, store, zoo
+from stablehlo_ir.op_counts import count_ops
+
+STATIC = ["mlp", "cnn", "gpt2_2layer", "gpt2_2layer_eager", "llama", "bert", "vit", "cond_heads", "rnn_scan",
+          "decoder_scan_layers"]
+DYNAMIC = ["gpt2_2layer", "bert", "llama"]
+SIZES = [{"batch": 1, "length": 2}, {"batch": 3, "length": 17}]
+
+
+def run_in_iree(vmfb: bytes, artifact, args: tuple, kwargs: dict) -> list[torch.Tensor]:
+    """``@main``'s results for the model's inputs (weights first), run by IREE's local-task driver."""
+    weights = [artifact.weights[slot.target] for slot in artifact.signature.weights]
+    inputs = weights + artifact.signature.tensor_inputs(args, kwargs)
+    module = ireert.load_vm_flatbuffer(vmfb, driver="local-task")
+    results = module.main(*[np.ascontiguousarray(t.detach().numpy()) for t in inputs])
+    results = results if isinstance(results, (list, tuple)) else [results]
+    return [torch.from_numpy(np.asarray(r.to_host())) for r in results]
+
+
+@functools.lru_cache(maxsize=None)
+def static_case(name: str):
+    """(artifact, vmfb, golden) of a zoo model exported at its golden size."""
+    built = zoo.get(name).build()
+    artifact = export_to_stablehlo(built.model, tuple(built.args), dict(built.kwargs))
+    return artifact, compile_for_iree(artifact), store.load_golden(name)
+
+
+@functools.lru_cache(maxsize=None)
+def dynamic_case(name: str):
+    """(model, artifact) of a zoo model's dynamic variant: one export, symbolic batch and sequence."""
+    built, artifact = dynamic.export_variant(name)
+    return built.model, artifact
+
+
+@pytest.mark.parametrize("name", STATIC)
+def test_static_model_compiles_and_matches_golden(name):
+    artifact, vmfb, golden = static_case(name)
+    results = run_in_iree(vmfb, artifact, golden.args, golden.kwargs)
+    comparison = store.compare(artifact.signature.output_values(results), golden.outputs, zoo.get(name).tolerance)
+    assert comparison.ok, f"{name} in IREE: max rel error {comparison.max_rel:.2e} {comparison.problems}"
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: "x".join(map(str, s.values())))
+@pytest.mark.parametrize("name", DYNAMIC)
+def test_dynamic_text_model_specialised_matches_eager(name, size):
+    model, artifact = dynamic_case(name)
+    dims = {zoo.DynamicVariant.DIM_NAMES[k]: v for k, v in size.items()}
+    inputs = zoo.get(name).build(**size)
+    results = run_in_iree(compile_for_iree(artifact, dims), artifact, inputs.args, inputs.kwargs)
+    with torch.no_grad():
+        expected = torch.utils._pytree.tree_flatten(model(*inputs.args, **inputs.kwargs))[0]
+    comparison = store.compare(artifact.signature.output_values(results), expected, zoo.get(name).tolerance)
+    assert comparison.ok, f"{name} {size} in IREE: max rel error {comparison.max_rel:.2e} {comparison.problems}"
+    assert "?" not in iree_module(artifact, dims).split("func.func public @main")[1].split("{")[0]
+
+
+def test_dynamic_mlp_compiles_as_it_is():
+    """A dynamic module without gathers over two symbolic dims needs no specialising: IREE lowers its dynamic
+    broadcasts, which say which dims expand."""
+    model, artifact = dynamic_case("mlp")
+    vmfb = compile_for_iree(artifact)
+    for batch in (1, 5):
+        inputs = zoo.get("mlp").build(batch=batch)
+        with torch.no_grad():
+            expected = [model(*inputs.args)]
+        results = artifact.signature.output_values(run_in_iree(vmfb, artifact, inputs.args, inputs.kwargs))
+        assert store.compare(results, expected, zoo.get("mlp").tolerance).ok
+
+
+def test_dynamic_gpt2_is_close_to_its_static_twin_in_ops():
+    """One shape tensor per distinct shape, sizes read once, no broadcast to the sizes a value has: the module
+    with symbolic batch and sequence has at most 16% more ops than the same model exported static."""
+    model, artifact = dynamic_case("gpt2_2layer")
+    twin = zoo.get("gpt2_2layer").build(**zoo.get("gpt2_2layer").dynamic.example)  # the same sizes, static
+    static = export_to_stablehlo(model, tuple(twin.args), dict(twin.kwargs))
+    dynamic_ops, static_ops = count_ops(artifact.stablehlo_text), count_ops(static.stablehlo_text)
+    assert dynamic_ops <= 1.16 * static_ops, f"dynamic {dynamic_ops} ops, static {static_ops}"
+
+
+def test_sizes_must_name_every_symbolic_dim_in_range():
+    _, artifact = dynamic_case("gpt2_2layer")
+    with pytest.raises(ValueError, match="missing"):
+        iree_module(artifact, {"batch": 2})
+    with pytest.raises(ValueError, match="outside its range"):
+        iree_module(artifact, {"batch": 2, "seq": 1000})
+
+
+def test_cli_compiles_a_bundle(tmp_path):
+    from tools.cli import main
+
+    _, artifact = dynamic_case("mlp")
+    bundle, vmfb = artifact.save(tmp_path / "mlp"), tmp_path / "mlp.vmfb"
+    assert main(["iree", str(bundle), "--out", str(vmfb), "--sizes", "batch=3"]) == 0
+    inputs = zoo.get("mlp").build(batch=3)
+    results = artifact.signature.output_values(run_in_iree(vmfb.read_bytes(), artifact, inputs.args, inputs.kwargs))
+    assert results[0].shape[0] == 3
