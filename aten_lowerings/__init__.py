@@ -20,9 +20,9 @@ from . import (  # noqa: F401  (each import registers its rules)
 )
 from .context import LoweringContext
 from .emit.padded import PaddedDims, is_padded, keeps_padding
-from .emit.random_bits import RNG_SEED_DTYPE, RNG_SEED_NAME, seeded_key, uses_random
+from .emit.random_bits import RANDOM_OPS, RNG_SEED_DTYPE, RNG_SEED_NAME, seeded_key, uses_random
 from .mlir_types import tensor_type
 from .registry import LOWERINGS, lower, lowering_for, op_name
 
 __all__ = ["LOWERINGS", "lower", "lowering_for", "op_name", "LoweringContext", "tensor_type", "PaddedDims",
-           "is_padded", "keeps_padding", "RNG_SEED_NAME", "RNG_SEED_DTYPE", "seeded_key", "uses_random"]
+           "is_padded", "keeps_padding", "RANDOM_OPS", "RNG_SEED_NAME", "RNG_SEED_DTYPE", "seeded_key", "uses_random"]

@@ -247,10 +247,17 @@ lower(aten.cummin.default)(_cumulative_extreme("LT"))
 
 # -- softmax family ------------------------------------------------------------------------
 
+def _peak(ctx, value, dims):
+    """The max over ``dims`` that a shift by the max needs: a plain ``stablehlo.maximum`` (no NaN selects in the
+    reducer). Exact here: where a NaN is along ``dims``, the sum of exp (or of the shifted values) is NaN
+    whichever peak is taken, so every result along ``dims`` is NaN, as in torch."""
+    return reduce(ctx, value, dims, lowest(dtype_of(value)), stablehlo.maximum)
+
+
 def _shifted(ctx, x, dims):
     """``x`` (in the compute dtype) minus its max over ``dims``, and the sum of exp over ``dims``."""
     value = convert(x, compute_dtype(ctx.out_dtype))
-    peak = reduce(ctx, value, dims, lowest(dtype_of(value)), maximum)
+    peak = _peak(ctx, value, dims)
     shifted = stablehlo.subtract(value, _expand(ctx, peak, dims))
     return shifted, _expand(ctx, reduce(ctx, stablehlo.exponential(shifted), dims, 0, stablehlo.add), dims)
 
@@ -288,7 +295,7 @@ def logsumexp(ctx, x, dim, keepdim=False):
     each step's result is stored in the output dtype, as torch's separate kernels store it."""
     dims, dtype = _dims(x, dim), ctx.out_dtype
     value = convert(x, compute_dtype(dtype))
-    peak = reduce(ctx, value, dims, lowest(dtype_of(value)), maximum)
+    peak = _peak(ctx, value, dims)
     peak = stablehlo.select(chlo.is_inf(peak), full_like(ctx, _kept(ctx, dims)[0], 0, dtype_of(peak)), peak)
     shifted = round_to(stablehlo.subtract(value, _expand(ctx, peak, dims)), dtype)
     total = round_to(reduce(ctx, round_to(stablehlo.exponential(shifted), dtype), dims, 0, stablehlo.add), dtype)

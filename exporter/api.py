@@ -5,6 +5,7 @@ import torch
 from torch._decomp import decomposition_table
 from torch._export.utils import _get_decomp_for_cia
 from torch.export import ExportedProgram
+from torch.export.graph_signature import InputKind
 
 from aten_lowerings import op_name
 from quantize import lowering_graph, plain_quantized_weights, prepare_quantized
@@ -13,6 +14,7 @@ from stablehlo_ir.mlir_context import make_context
 from .artifact import StableHLOArtifact
 from .errors import UnsupportedOpsError
 from .graph_lowering import GraphLowering, unsupported_targets
+from .inplace import unfunctionalised_mutations
 from .locations import describe
 from .sharding import shard_signature
 from .signature import signature_of
@@ -61,20 +63,21 @@ def decompose_unsupported(program: ExportedProgram) -> ExportedProgram:
     """Functionalise in-place ops and decompose only the ops without a lowering.
 
     ``run_decompositions`` re-traces the whole program (about 1 s for GPT-2), so
-    it runs only when the graph mutates something or has an op we cannot lower,
+    it runs only when the graph has an op we cannot lower or a mutation the walk cannot functionalise
+    itself (``exporter.inplace``: one of a user input, parameter or buffer, or of an alias read later),
     again while a decomposition leaves new ops without a lowering; raises once,
     listing every op that has neither a lowering nor a decomposition.
     """
-    missing = unsupported_targets(program.graph_module)
+    missing = unsupported_targets(program.graph_module, _state(program))
     decomposable = _decompositions(missing)
-    if decomposable or _mutates(program.graph_module):
+    if decomposable or unfunctionalised_mutations(program.graph_module, _state(program)):
         program = program.run_decompositions(decomposable)
-        missing = unsupported_targets(program.graph_module)
+        missing = unsupported_targets(program.graph_module, _state(program))
     tried = set(decomposable)
     while decomposable := {t: d for t, d in _decompositions(missing).items() if t not in tried}:
         tried |= set(decomposable)
         program = program.run_decompositions(decomposable)
-        missing = unsupported_targets(program.graph_module)
+        missing = unsupported_targets(program.graph_module, _state(program))
     if missing:
         raise UnsupportedOpsError({op_name(t): (len(nodes), describe(nodes[0])) for t, nodes in missing.items()})
     return program
@@ -97,9 +100,11 @@ def _decompositions(targets) -> dict:
     return found
 
 
-def _mutates(graph_module: torch.fx.GraphModule) -> bool:
-    return any(isinstance(n.target, torch._ops.OpOverload) and n.target._schema.is_mutable
-               for n in graph_module.graph.nodes if n.op == "call_function")
+def _state(program: ExportedProgram) -> list[torch.fx.Node]:
+    """The placeholders whose writes the program returns: user inputs, parameters and buffers."""
+    placeholders = [n for n in program.graph.nodes if n.op == "placeholder"]
+    kinds = (InputKind.USER_INPUT, InputKind.PARAMETER, InputKind.BUFFER)
+    return [n for n, spec in zip(placeholders, program.graph_signature.input_specs) if spec.kind in kinds]
 
 
 def program_weights(program: ExportedProgram, signature) -> dict[str, torch.Tensor]:

@@ -23,9 +23,13 @@ from stablehlo_ir.refine import ShapeRefinementError, refine_shapes
 from stablehlo_ir.sharding import argument_attributes, declare_mesh, replicated_results
 
 from .errors import LoweringError
+from .inplace import functionalised
 from .locations import LocationCache, describe
 from .progress import progress
 from .signature import InputSlot, Signature
+
+
+STATE_KINDS = ("user_input", "parameter", "buffer")  # inputs whose writes @main must return, not rebind
 
 
 def _is_tensor_meta(meta) -> bool:
@@ -48,6 +52,7 @@ class GraphLowering:
         self.locations = LocationCache()
         self._seed: ir.Value | None = None  # @main's last argument where the graph draws random numbers
         self._keys = itertools.count()
+        self._twins: dict[torch.fx.Node, object] = {}  # the top graph's in-place nodes lowered functionally
 
     def lower(self, context: ir.Context, function_name: str = "main") -> ir.Module:
         """Build the module: ``@main``'s arguments are the signature's tensor inputs, each located by its name."""
@@ -64,6 +69,7 @@ class GraphLowering:
             if self.signature.mesh:  # SPMD: the mesh, and each argument's sharding (see stablehlo_ir.sharding)
                 declare_mesh(module, self.signature.mesh)
                 function.arg_attrs = argument_attributes(self.signature.main_shardings)
+            self._twins = functionalised(self.graph_module, [node_of[s] for s in slots if s.kind in STATE_KINDS])
             argument_of = {}
             for slot, argument in zip(slots, block.arguments):
                 if slot.kind == "rng_seed":
@@ -104,8 +110,11 @@ class GraphLowering:
         return sizes
 
     def lower_graph(self, graph_module: torch.fx.GraphModule, inputs: Sequence) -> list:
-        """Lower a graph given the values of its placeholders; returns its flat outputs."""
+        """Lower a graph given the values of its placeholders; returns its flat outputs. An in-place node that
+        ``exporter.inplace`` functionalises is lowered as its out-of-place twin, and the node it writes is rebound
+        to the result."""
         env: dict[torch.fx.Node, object] = {}
+        twins = self._twins if graph_module is self.graph_module else functionalised(graph_module)
         placeholders = iter(inputs)
         nodes = graph_module.graph.nodes
         if graph_module is self.graph_module:  # the top graph: a progress bar if it runs long on a terminal
@@ -117,7 +126,9 @@ class GraphLowering:
             elif node.op == "get_attr":
                 env[node] = getattr(graph_module, node.target)
             elif node.op == "call_function":
-                env[node] = self._lower_call(node, env)
+                env[node] = self._lower_call(node, env, twins.get(node, node.target))
+                if node in twins:
+                    env[node.args[0]] = env[node]
             elif node.op == "output":  # a tuple of outputs, or one (a while_loop's condition)
                 outputs = torch.fx.node.map_aggregate(node.args[0], lambda a: env[a] if isinstance(a, torch.fx.Node) else a)
                 return list(outputs) if isinstance(outputs, (tuple, list)) else [outputs]
@@ -125,8 +136,8 @@ class GraphLowering:
                 raise LoweringError(f"unexpected FX node kind {node.op!r} ({node.format_node()})")
         raise LoweringError("graph has no output node")
 
-    def _lower_call(self, node: torch.fx.Node, env: dict):
-        if node.target is operator.getitem:
+    def _lower_call(self, node: torch.fx.Node, env: dict, target):
+        if target is operator.getitem:
             source, index = node.args
             return env[source][index]
         meta = node.meta.get("val")
@@ -137,7 +148,7 @@ class GraphLowering:
             if isinstance(meta, torch.SymInt) and self.dims.bound and self.dims.knows(meta):
                 return self.dims.actual.size(meta)  # a data-dependent size as a value: its true size
             self._check_padded_operands(node, name)
-            rule = lowering_for(node.target)
+            rule = lowering_for(target)
             if rule is None:  # checked before the walk; only reachable for nested graphs
                 raise LoweringError(f"no lowering for {name} at {describe(node)}")
             args = torch.fx.node.map_arg(node.args, env.__getitem__)
@@ -205,9 +216,11 @@ def _refined(module: ir.Module, arg_types, context: ir.Context) -> ir.Module:
     return ir.Module.parse(text, context)
 
 
-def unsupported_targets(graph_module: torch.fx.GraphModule) -> dict:
-    """Every call target (nested graphs included) without a lowering: target -> list of nodes."""
+def unsupported_targets(graph_module: torch.fx.GraphModule, state=None) -> dict:
+    """Every call target (nested graphs included) without a lowering: target -> list of nodes. In-place nodes
+    the walk functionalises (``exporter.inplace``; ``state`` as there) count as their out-of-place twin."""
     missing: dict[object, list[torch.fx.Node]] = {}
+    twins = functionalised(graph_module, state)
     for node in graph_module.graph.nodes:
         if node.op == "get_attr":
             attr = getattr(graph_module, node.target)
@@ -216,7 +229,7 @@ def unsupported_targets(graph_module: torch.fx.GraphModule) -> dict:
                     missing.setdefault(target, []).extend(nodes)
         if node.op != "call_function" or node.target is operator.getitem:
             continue
-        if _is_size_meta(node.meta.get("val")) or lowering_for(node.target) is not None:
+        if _is_size_meta(node.meta.get("val")) or lowering_for(twins.get(node, node.target)) is not None:
             continue
         missing.setdefault(node.target, []).append(node)
     return missing

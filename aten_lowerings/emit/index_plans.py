@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+import numpy as np
 import torch
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
@@ -41,9 +42,10 @@ def index_plan(ctx, x_sizes, indexed: dict[int, tuple[ir.Value, object]]) -> Ind
     for d in dims:
         index = broadcast_to(ctx, convert(indexed[d][0], torch.int64), batch)
         size = broadcast_in_dim(ctx, ctx.size_value(x_sizes[d]), batch, [])
-        negative = compare(index, full_like(ctx, batch, 0, torch.int64), "LT")
-        wrapped = stablehlo.select(negative, stablehlo.add(index, size), index)
-        columns.append(reshape(ctx, wrapped, [*batch, 1]))
+        if not non_negative(index):  # a mask's arange indices need no wrap (nor its compare and select)
+            negative = compare(index, full_like(ctx, batch, 0, torch.int64), "LT")
+            index = stablehlo.select(negative, stablehlo.add(index, size), index)
+        columns.append(reshape(ctx, index, [*batch, 1]))
     indices = columns[0] if len(columns) == 1 else stablehlo.concatenate(columns, len(batch))
 
     window = [d for d in range(len(x_sizes)) if d not in indexed]
@@ -52,6 +54,31 @@ def index_plan(ctx, x_sizes, indexed: dict[int, tuple[ir.Value, object]]) -> Ind
     sizes = [x_sizes[d] for d in window]
     sizes[first:first] = batch
     return IndexPlan(indices, dims, positions, sizes)
+
+
+_LAYOUT = {"stablehlo.broadcast_in_dim", "stablehlo.dynamic_broadcast_in_dim", "stablehlo.reshape",
+           "stablehlo.dynamic_reshape", "stablehlo.transpose", "stablehlo.slice"}  # the first operand's values
+_COMBINING = {"stablehlo.add", "stablehlo.multiply", "stablehlo.concatenate"}  # non-negative from all operands
+
+
+def non_negative(value: ir.Value, depth: int = 24) -> bool:
+    """Whether the ops that made an integer ``value`` show it is >= 0: an iota or a non-negative constant,
+    through layout ops, widening integer conversions, sums and products (``arange`` indices are)."""
+    owner = value.owner
+    if depth == 0 or not isinstance(owner, ir.Operation | ir.OpView):
+        return False
+    op = owner.operation if isinstance(owner, ir.OpView) else owner
+    if op.name == "stablehlo.iota":
+        return True
+    if op.name == "stablehlo.constant":
+        return bool((np.asarray(op.attributes["value"]) >= 0).all())
+    if op.name == "stablehlo.convert":
+        source, result = value_type(op.operands[0]).element_type, value_type(value).element_type
+        return (isinstance(source, ir.IntegerType) and isinstance(result, ir.IntegerType)
+                and result.width >= source.width and non_negative(op.operands[0], depth - 1))
+    if op.name in _LAYOUT:
+        return non_negative(op.operands[0], depth - 1)
+    return op.name in _COMBINING and all(non_negative(v, depth - 1) for v in op.operands)
 
 
 def along_dim_plan(ctx, dim: int, index, index_sizes) -> IndexPlan:

@@ -1,5 +1,5 @@
 """Padding: constant_pad_nd (``stablehlo.pad``); reflection, replication and circular padding (slices,
-reverse, concatenate).
+reverse, concatenate); ``aten.pad``, which names its mode, lowered straight to those (no decomposition).
 
 torch lists pads from the last dim backwards, ``(last_low, last_high, second_last_low, ...)``; a negative pad
 crops. Reflection and replication read their edges from the uncropped input, circular padding from the
@@ -74,10 +74,21 @@ def _edge_padding(edge, low_start, high_start):
     return rule
 
 
-lower(aten.reflection_pad1d.default, aten.reflection_pad2d.default, aten.reflection_pad3d.default)(
-    _edge_padding(_mirrored, lambda kept, size, pad: 1, lambda kept, size, pad: size - 1 - pad))
-lower(aten.replication_pad1d.default, aten.replication_pad2d.default, aten.replication_pad3d.default)(
-    _edge_padding(_repeated, lambda kept, size, pad: 0, lambda kept, size, pad: size - 1))
-# circular padding wraps around what negative pads leave
-lower(aten._pad_circular.default)(
-    _edge_padding(_copied, lambda kept, size, pad: kept[1] - pad, lambda kept, size, pad: kept[0]))
+_MODES = {
+    "reflect": lower(aten.reflection_pad1d.default, aten.reflection_pad2d.default, aten.reflection_pad3d.default)(
+        _edge_padding(_mirrored, lambda kept, size, pad: 1, lambda kept, size, pad: size - 1 - pad)),
+    "replicate": lower(aten.replication_pad1d.default, aten.replication_pad2d.default,
+                       aten.replication_pad3d.default)(
+        _edge_padding(_repeated, lambda kept, size, pad: 0, lambda kept, size, pad: size - 1)),
+    # circular padding wraps around what negative pads leave
+    "circular": lower(aten._pad_circular.default)(
+        _edge_padding(_copied, lambda kept, size, pad: kept[1] - pad, lambda kept, size, pad: kept[0])),
+}
+
+
+@lower(aten.pad.default)
+def pad(ctx, x, padding, mode="constant", value=None):
+    """``F.pad``'s op: the constant mode (``value`` None pads with 0) or the mode's own rule above."""
+    if mode == "constant":
+        return constant_pad_nd(ctx, x, padding, 0 if value is None else value)
+    return _MODES[mode](ctx, x, padding)

@@ -100,6 +100,14 @@ def test_logsumexp_and_softmax_of_infinite_rows():
     assert_table_lowers({name: MEANS[name] for name in names}, x)
 
 
+def test_logsumexp_and_softmax_of_rows_with_nan():
+    """A NaN anywhere in a row makes the whole row NaN, whichever max the shift takes (the reducer has no NaN
+    selects); the other rows are untouched."""
+    x = torch.tensor([[1.0, math.nan, 3.0, 2.0], [math.nan, -math.inf, math.inf, 0.0], [0.5, 1.0, -1.0, 2.0]])
+    names = ["logsumexp", "softmax", "log_softmax", "_safe_softmax"]
+    assert_table_lowers({name: MEANS[name] for name in names}, x)
+
+
 ARG_EXTREMA = {
     "max_dim": (aten.max.dim, lambda x: tuple(x.max(1))),
     "max_dim_keepdim": (aten.max.dim, lambda x: tuple(x.max(-1, keepdim=True))),

@@ -224,3 +224,13 @@ def test_index_reduce(reduce, dtype):
     assert_matches_eager(lambda x, i, s: (x.index_reduce(0, i, s, reduce),
                                           x.index_reduce(0, i, s, reduce, include_self=False)),
                          x, index, source)
+
+
+def test_arange_indices_are_not_wrapped():
+    """Indices made by arange (through a widening cast, a sum, a broadcast) are known non-negative: no compare
+    and select wraps them; an arange shifted below zero still wraps, as torch does."""
+    plain = assert_matches_eager(lambda x: x[torch.arange(3, dtype=torch.int32) + 1, torch.arange(4)[:, None]],
+                                 make((5, 6)))
+    assert "stablehlo.compare" not in plain.stablehlo_text
+    shifted = assert_matches_eager(lambda x: x[torch.arange(3) - 1], make((5, 6)))
+    assert "stablehlo.compare" in shifted.stablehlo_text

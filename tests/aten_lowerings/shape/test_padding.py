@@ -9,7 +9,7 @@ from tests.support import FLOATS, INTS, assert_lowers, assert_lowers_with_symbol
 
 aten = torch.ops.aten
 
-# F.pad exports as aten.pad, which the exporter decomposes into the mode's own op.
+# F.pad exports as aten.pad, lowered by its own rule in every mode (no decomposition, no re-trace).
 CONSTANT_CASES = [  # (input shape, pad, value)
     ((4, 6), (1, 2), 0.0),
     ((2, 3, 5, 6), (1, 2, 0, 3), 1.5),
@@ -23,7 +23,7 @@ CONSTANT_CASES = [  # (input shape, pad, value)
 @pytest.mark.parametrize("shape, pad, value", CONSTANT_CASES)
 def test_constant_pad(shape, pad, value, dtype):
     value = bool(value) if dtype == torch.bool else value
-    assert_lowers([aten.constant_pad_nd.default], lambda x: F.pad(x, pad, value=value),
+    assert_lowers([aten.pad.default], lambda x: F.pad(x, pad, value=value),
                   make(shape, dtype, -10, 10, normal=True))
 
 
@@ -36,25 +36,19 @@ EDGE_CASES = [  # (n, input shape, pad)
     (3, (1, 2, 4, 5, 6), (1, 2, 3, 0, 2, 1)),
     (3, (2, 4, 5, 6), (2, 1, -1, 3, 3, 2)),  # unbatched
 ]
-MODES = {"reflect": aten.reflection_pad1d, "replicate": aten.replication_pad1d, "circular": aten._pad_circular}
+MODES = ["reflect", "replicate", "circular"]
 
 
-def _op(mode, n):
-    if mode == "circular":
-        return aten._pad_circular.default
-    return getattr(aten, f"{'reflection' if mode == 'reflect' else 'replication'}_pad{n}d").default
-
-
-@pytest.mark.parametrize("mode", list(MODES))
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("n, shape, pad", EDGE_CASES)
 def test_edge_pad(n, shape, pad, mode):
-    assert_lowers([_op(mode, n)], lambda x: F.pad(x, pad, mode=mode), make(shape, normal=True))
+    assert_lowers([aten.pad.default], lambda x: F.pad(x, pad, mode=mode), make(shape, normal=True))
 
 
 @pytest.mark.parametrize("dtype", FLOATS[1:] + INTS)
-@pytest.mark.parametrize("mode", list(MODES))
+@pytest.mark.parametrize("mode", MODES)
 def test_edge_pad_dtypes(mode, dtype):
-    assert_lowers([_op(mode, 2)], lambda x: F.pad(x, (2, 1, 1, 3), mode=mode), make((2, 3, 5, 6), dtype, -10, 10))
+    assert_lowers([aten.pad.default], lambda x: F.pad(x, (2, 1, 1, 3), mode=mode), make((2, 3, 5, 6), dtype, -10, 10))
 
 
 @pytest.mark.parametrize("op, shape, pad", [
@@ -62,6 +56,7 @@ def test_edge_pad_dtypes(mode, dtype):
     (aten.replication_pad2d.default, (2, 3, 5, 6), [0, 2, 3, 1]),
     (aten.reflection_pad3d.default, (2, 3, 4, 5, 6), [1, 1, 0, 2, 1, 0]),
     (aten.replication_pad3d.default, (2, 3, 4, 5, 6), [2, 0, 1, 1, 0, 3]),
+    (aten._pad_circular.default, (2, 3, 5, 6), [1, 2, -1, 3]),
     (aten.constant_pad_nd.default, (2, 3, 4), [1, -1, 0, 2, 1, 1]),
 ])
 def test_aten_ops_directly(op, shape, pad):

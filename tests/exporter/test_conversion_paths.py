@@ -1,0 +1,128 @@
+"""Which conversions re-trace: ops that used to send the whole program through ``run_decompositions`` (F.pad,
+``detach_``, in-place ops on temporaries, in-place cache writes) are lowered in the one graph walk, and
+writes the walk cannot rebind (user inputs, aliases read after the write) still take the re-trace."""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.export import ExportedProgram
+
+from exporter import export_to_stablehlo
+from exporter.inplace import functional_twin
+from tests.support import FunctionModule, assert_matches_eager, make
+
+aten = torch.ops.aten
+
+
+@pytest.fixture
+def no_retrace(monkeypatch):
+    """``run_decompositions`` fails the test if called."""
+    def refuse(self, *args, **kwargs):
+        raise AssertionError("run_decompositions was called")
+
+    monkeypatch.setattr(ExportedProgram, "run_decompositions", refuse)
+
+
+@pytest.fixture
+def retraces(monkeypatch):
+    """Counts the calls of ``run_decompositions``."""
+    calls = []
+    original = ExportedProgram.run_decompositions
+
+    def counted(self, *args, **kwargs):
+        calls.append(args)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(ExportedProgram, "run_decompositions", counted)
+    return calls
+
+
+def _residual_add(x):
+    y = x * 2
+    y += torch.tanh(x)  # add_ on a temporary; the uses after it see the sum
+    return y.relu() + y
+
+
+def _detached(x):
+    y = torch.exp(x)
+    y.detach_()
+    return y * 3
+
+
+def _chained_writes(x):
+    y = x + 1
+    y.mul_(2).sub_(x)  # the second write reads the first one's result
+    return y, y.sum()
+
+
+def _fill_then_view(x):
+    y = x.clone()
+    y.copy_(x.flip(0))
+    return y.view(-1)[:5]
+
+
+class StaticCache(torch.nn.Module):
+    """A decoder step writing a KV cache as transformers' StaticCache does: index_copy_ into a tensor that
+    torch.export lifts as a constant, then attention over the whole cache."""
+
+    def __init__(self):
+        super().__init__()
+        self.cache = torch.zeros(1, 2, 8, 4)
+        self.proj = torch.nn.Linear(4, 4)
+
+    def forward(self, x, position):
+        written = self.cache.clone().index_copy_(2, position, self.proj(x))
+        return torch.softmax(x @ written.transpose(-1, -2), -1) @ written
+
+
+CASES = {
+    "pad_constant": (lambda x: F.pad(x, (1, 2, 0, 1), value=0.5), (make((2, 3, 5, 6)),)),
+    "pad_reflect": (lambda x: F.pad(x, (2, 1, 1, 2), mode="reflect"), (make((2, 3, 5, 6)),)),
+    "pad_replicate": (lambda x: F.pad(x, (2, 1), mode="replicate"), (make((2, 3, 6)),)),
+    "pad_circular": (lambda x: F.pad(x, (1, 2, 2, 1), mode="circular"), (make((2, 3, 5, 6)),)),
+    "add_on_temporary": (_residual_add, (make((3, 4)),)),
+    "detach_": (_detached, (make((3, 4)),)),
+    "chained_writes": (_chained_writes, (make((3, 4)),)),
+    "copy_": (_fill_then_view, (make((3, 4)),)),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_converts_without_retrace(name, no_retrace):
+    function, args = CASES[name]
+    assert_matches_eager(function, *args)
+
+
+def test_static_cache_write_without_retrace(no_retrace):
+    x, position = make((1, 2, 3, 4)), torch.tensor([1, 4, 5])
+    assert_matches_eager(StaticCache(), x, position)
+
+
+def _write_to_input(x):
+    x.add_(1)
+    return x * 2
+
+
+def _stale_view(x):
+    y = x + 0
+    row = y[0]  # a view made before the write and read after it: the write must reach it
+    y.mul_(3)
+    return row + 1
+
+
+@pytest.mark.parametrize("function", [_write_to_input, _stale_view])
+def test_writes_the_walk_cannot_rebind_still_retrace(function, retraces):
+    x = make((3, 4))
+    artifact = export_to_stablehlo(FunctionModule(function), (x.clone(),))
+    assert retraces
+    torch.testing.assert_close(artifact(x.clone()), function(x.clone()))
+
+
+@pytest.mark.parametrize("op, twin", [(aten.add_.Tensor, aten.add.Tensor), (aten.index_copy_.default,
+                                                                           aten.index_copy.default),
+                                      (aten.detach_.default, aten.detach.default), (aten.copy_.default,
+                                                                                    aten.copy.default),
+                                      (aten.add.Tensor, None), (aten.add.out, None)])
+def test_functional_twin(op, twin):
+    assert functional_twin(op) is twin
