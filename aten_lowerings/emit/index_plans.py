@@ -57,7 +57,8 @@ def index_plan(ctx, x_sizes, indexed: dict[int, tuple[ir.Value, object]]) -> Ind
 
 
 _LAYOUT = {"stablehlo.broadcast_in_dim", "stablehlo.dynamic_broadcast_in_dim", "stablehlo.reshape",
-           "stablehlo.dynamic_reshape", "stablehlo.transpose", "stablehlo.slice"}  # the first operand's values
+           "stablehlo.dynamic_reshape", "stablehlo.transpose", "stablehlo.slice",
+           "stablehlo.real_dynamic_slice"}  # the first operand's values
 _COMBINING = {"stablehlo.add", "stablehlo.multiply", "stablehlo.concatenate"}  # non-negative from all operands
 
 
@@ -68,7 +69,7 @@ def non_negative(value: ir.Value, depth: int = 24) -> bool:
     if depth == 0 or not isinstance(owner, ir.Operation | ir.OpView):
         return False
     op = owner.operation if isinstance(owner, ir.OpView) else owner
-    if op.name == "stablehlo.iota":
+    if op.name in ("stablehlo.iota", "stablehlo.dynamic_iota"):
         return True
     if op.name == "stablehlo.constant":
         return bool((np.asarray(op.attributes["value"]) >= 0).all())
