@@ -23,6 +23,8 @@ from .emit.padded import PaddedDims, is_padded, keeps_padding
 from .emit.random_bits import RANDOM_OPS, RNG_SEED_DTYPE, RNG_SEED_NAME, seeded_key, uses_random
 from .mlir_types import tensor_type
 from .registry import LOWERINGS, lower, lowering_for, op_name
+from .sharding import mark_sharding, spec_of
 
 __all__ = ["LOWERINGS", "lower", "lowering_for", "op_name", "LoweringContext", "tensor_type", "PaddedDims",
-           "is_padded", "keeps_padding", "RANDOM_OPS", "RNG_SEED_NAME", "RNG_SEED_DTYPE", "seeded_key", "uses_random"]
+           "is_padded", "keeps_padding", "RANDOM_OPS", "RNG_SEED_NAME", "RNG_SEED_DTYPE", "seeded_key", "uses_random",
+           "mark_sharding", "spec_of"]

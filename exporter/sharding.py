@@ -14,7 +14,7 @@ from typing import Mapping
 import torch
 from torch.distributed.tensor.parallel import ColwiseParallel, ParallelStyle, RowwiseParallel
 
-from aten_lowerings.sharding import mark_sharding, spec_of  # noqa: F401  (mark_sharding: public here)
+from aten_lowerings import mark_sharding, spec_of  # noqa: F401  (mark_sharding: public here)
 from stablehlo_ir.sharding import Spec, normalize_spec, spec_text
 
 from .errors import ShardingError

@@ -18,8 +18,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-import aten_lowerings  # noqa: F401  (registers every op family)
-from aten_lowerings.registry import lowering_for, op_name
+from aten_lowerings import lowering_for, op_name
 from quantize import quantized_lowerings
 
 from .opinfo_sweep import COUNTED, DTYPES, STATUS, dtype_name, opinfos, sweep_op
