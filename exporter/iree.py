@@ -14,7 +14,7 @@ from typing import Sequence
 from stablehlo_ir.refine import refine_shapes
 
 from .errors import DimensionError
-from .symbolic_dims import parse_dim
+from .symbolic_dims import check_range, parse_dim
 
 TARGET = "llvm-cpu"
 
@@ -57,9 +57,8 @@ def _check_sizes(ranges: dict[str, list], sizes: dict[str, int]) -> None:
     if missing or unknown:
         raise DimensionError(f"sizes name the module's symbolic dims {sorted(ranges)}"
                              + (f"; missing {missing}" if missing else "") + (f"; unknown {unknown}" if unknown else ""))
-    for name, (low, high) in ranges.items():
-        if sizes[name] < (low or 0) or (high is not None and sizes[name] > high):
-            raise DimensionError(f"size {name}={sizes[name]} is outside its range [{low}, {high}]")
+    for name, size in sizes.items():
+        check_range(name, size, ranges, f"size {name}={size} is outside its range {{}}")
 
 
 def _size(dim, sizes: dict[str, int]) -> int:

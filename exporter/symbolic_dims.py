@@ -99,7 +99,7 @@ def check_dims(specs: Sequence[TensorSpec], values: Sequence, ranges: dict[str, 
     dims = [_Dim(spec.name, index, text, parse_dim(text), int(value.shape[index]))
             for spec, value in zip(specs, values) for index, text in enumerate(spec.shape) if isinstance(text, str)]
     for dim in dims:
-        _check_range(dim.text, dim.size, ranges, f"{dim.where()} is {dim.size}, outside the allowed range {{}} of "
+        check_range(dim.text, dim.size, ranges, f"{dim.where()} is {dim.size}, outside the allowed range {{}} of "
                                                  f"its symbolic dim {dim.text}")
     bound: dict[sympy.Symbol, tuple[int, _Dim]] = {}
     pending = sorted(dims, key=lambda d: not isinstance(d.expr, sympy.Symbol))  # plain symbols bind first
@@ -119,12 +119,13 @@ def check_dims(specs: Sequence[TensorSpec], values: Sequence, ranges: dict[str, 
             break
     for symbol, (size, dim) in bound.items():
         if dim.expr != symbol:  # a root bound through a derived dim: its own range applies too
-            _check_range(str(symbol), size, ranges, f"{dim.where()} is {dim.size} ({dim.text}), which gives "
+            check_range(str(symbol), size, ranges, f"{dim.where()} is {dim.size} ({dim.text}), which gives "
                                                      f"{symbol} = {size}, outside the allowed range {{}} of {symbol}")
     return {str(symbol): size for symbol, (size, _) in bound.items()}
 
 
-def _check_range(text: str, size: int, ranges: dict, message: str) -> None:
+def check_range(text: str, size: int, ranges: dict, message: str) -> None:
+    """Raise DimensionError(``message`` with the range filled in) if ``size`` is outside dim ``text``'s range."""
     low, high = ranges.get(text, (None, None))
     if (low is not None and size < low) or (high is not None and size > high):
         raise DimensionError(message.format(f"[{low}, {'inf' if high is None else high}]"))
