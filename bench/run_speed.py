@@ -15,7 +15,15 @@ Then StableHLO ops per transformer layer, by op name: ops in ``@main`` of the mo
 with 2 layers minus those with 1 layer (composite decompositions not counted: the SDPA
 composite is one op), with torchax's count beside ours when torchax imports.
 
+With ``--peer torchax``: GPT-2 12-layer (eager attention, which torchax can export) at 8 x 128, side by side
+in this process on the same PJRT client: torch eager, our artifact call, and torchax's StableHLO module compiled
+the way ours is (``runtime.pjrt.Executable``) and run on weights already on the device. torchax lives in its own venv
+(``../shared/peers/torchax_venv.sh``; never our dependency): its Python exports the same saved
+``ExportedProgram`` (``bench/peers/torchax_export.py``) and hands its module text and weights back.
+Targets: ours <= 0.9x torchax and <= 0.6x eager.
+
     .venv/bin/python bench/run_speed.py [--threads N] [--repeats 5] [--models gpt2_12layer,bert]
+    .venv/bin/python bench/run_speed.py --peer torchax [--peer-python /tmp/peers/venv-torchax/bin/python]
 """
 from __future__ import annotations
 
@@ -23,7 +31,9 @@ import argparse
 import os
 import re
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from collections import Counter
 from pathlib import Path
@@ -36,6 +46,7 @@ SIZES = {"mlp": dict(batch=1024), "cnn": VISION, "vit": VISION, "gpt2_2layer": T
          "gpt2_12layer": TEXT, "llama": TEXT, "bert": TEXT}
 TARGETS = {"gpt2_2layer", "gpt2_2layer_eager", "gpt2_12layer", "llama", "bert"}
 TARGET_RATIO = 0.4
+PEER_TARGETS = {"torchax": 0.9, "eager": 0.6}
 
 
 def main() -> None:
@@ -44,12 +55,20 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--models", help="comma-separated zoo names (default: all)")
     parser.add_argument("--skip-ops", action="store_true", help="skip the ops-per-layer table")
+    parser.add_argument("--peer", choices=["torchax"], help="only the side-by-side run against this peer")
+    parser.add_argument("--peer-python", default="/tmp/peers/venv-torchax/bin/python",
+                        help="the peer venv's Python (made by ../shared/peers/torchax_venv.sh)")
     options = parser.parse_args()
     os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:options.threads])  # before torch/XLA make pools
 
     import torch
 
     torch.set_num_threads(options.threads)
+    if options.peer:
+        print(f"threads: {options.threads} for torch and XLA; {options.repeats} timed calls each, alternating, "
+              "medians")
+        against_torchax(options.peer_python, options.repeats)
+        return
     from golden import zoo
 
     names = options.models.split(",") if options.models else zoo.names()
@@ -90,23 +109,102 @@ def time_model(name: str, size: dict, repeats: int) -> None:
     device_inputs = artifact._weights_on_device(executable) + executable.put(hosts)
 
     def execute():
-        for output in executable._loaded.execute(device_inputs):
+        for output in executable.loaded.execute(device_inputs):
             output.block_until_ready()
 
-    for warm_up in (eager, ours, execute):
-        warm_up()
-    times = {"eager": [], "ours": [], "execute": []}
-    for _ in range(repeats):
-        for label, fn in (("eager", eager), ("ours", ours), ("execute", execute)):
-            start = time.perf_counter()
-            fn()
-            times[label].append(time.perf_counter() - start)
-    eager_s, ours_s, execute_s = (statistics.median(times[k]) for k in ("eager", "ours", "execute"))
+    seconds = timed({"eager": eager, "ours": ours, "execute": execute}, repeats)
+    eager_s, ours_s, execute_s = (seconds[k] for k in ("eager", "ours", "execute"))
     shapes = ", ".join("x".join(map(str, t.shape)) for t in tensors)
     target = (f"<= {TARGET_RATIO}: " + ("met" if ours_s / eager_s <= TARGET_RATIO else "missed")) \
         if name in TARGETS else ""
     print(f"{name:<24}{shapes[:25]:<26}{eager_s:>10.3f}{ours_s:>10.3f}{ours_s / eager_s:>7.2f}{execute_s:>12.3f}"
           f"{execute_s / eager_s:>7.2f}  {target}", flush=True)
+
+
+def timed(calls: dict, repeats: int) -> dict:
+    """Median seconds of each call, after one warm-up each; the calls alternate."""
+    for fn in calls.values():
+        fn()
+    times = {label: [] for label in calls}
+    for _ in range(repeats):
+        for label, fn in calls.items():
+            start = time.perf_counter()
+            fn()
+            times[label].append(time.perf_counter() - start)
+    return {label: statistics.median(seconds) for label, seconds in times.items()}
+
+
+# -- side by side with torchax ----------------------------------------------------------------
+
+def against_torchax(peer_python: str, repeats: int) -> None:
+    import numpy as np
+    import torch
+    import transformers as tf
+
+    from exporter import export_to_stablehlo
+    from golden import zoo
+    from runtime import pjrt
+    from stablehlo_ir.dtypes import to_torch
+
+    class Logits(torch.nn.Module):  # a plain tensor out: a saved program with a ModelOutput does not load
+        def __init__(self):
+            super().__init__()
+            self.lm = tf.GPT2LMHeadModel(tf.GPT2Config(use_cache=False, attn_implementation="eager")).eval()
+
+        def forward(self, input_ids, attention_mask):
+            return self.lm(input_ids=input_ids, attention_mask=attention_mask).logits
+
+    torch.manual_seed(0)
+    model = Logits().eval()
+    ids = torch.randint(0, model.lm.config.vocab_size, (TEXT["batch"], TEXT["length"]), generator=zoo.example_generator())
+    kwargs = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+    program = torch.export.export(model, (), kwargs)
+    with tempfile.TemporaryDirectory() as folder:
+        torch.export.save(program, Path(folder, "program.pt2"))
+        peer = subprocess.run([peer_python, str(Path(__file__).parent / "peers" / "torchax_export.py"),
+                               str(Path(folder, "program.pt2")), folder], capture_output=True, text=True)
+        if peer.returncode:
+            sys.exit(f"torchax export failed with {peer_python} (make its venv with ../shared/peers/torchax_venv.sh)"
+                     f":\n{peer.stderr[-2000:]}")
+        print(peer.stdout.strip().splitlines()[-1])
+        peer = pjrt.Executable(Path(folder, "torchax.mlir").read_text())
+        with np.load(Path(folder, "torchax_weights.npz")) as stored:
+            peer_inputs = peer.put([stored[f"w{i}"] for i in range(len(stored.files) - 1)])
+            inputs_kept = list(stored["inputs_kept"])
+    host_inputs = [kwargs["input_ids"].numpy(), kwargs["attention_mask"].numpy()]
+    # jax without x64 (as torchax runs) takes int64 token ids as int32
+    peer_inputs += peer.put([host_inputs[i].astype(np.int32) for i in inputs_kept], first=len(peer_inputs))
+
+    artifact = export_to_stablehlo(program)
+    artifact(**kwargs)
+    executable = artifact._compiled([])
+    device_inputs = artifact._weights_on_device(executable) + executable.put(host_inputs)
+
+    def eager():
+        with torch.no_grad():
+            return model(**kwargs)
+
+    def execute():
+        for output in executable.loaded.execute(device_inputs):
+            output.block_until_ready()
+
+    def torchax():
+        for output in peer.loaded.execute(peer_inputs):
+            output.block_until_ready()
+
+    ours_logits = artifact(**kwargs)
+    peer_logits = to_torch(peer.execute(peer_inputs)[0])
+    seconds = timed({"eager": eager, "ours": lambda: artifact(**kwargs), "execute": execute, "torchax": torchax},
+                    repeats)
+    print(f"GPT-2 12-layer, eager attention, {TEXT['batch']} x {TEXT['length']} tokens; logits differ from torchax's "
+          f"by at most {(ours_logits - peer_logits).abs().max().item():.2e}")
+    for label in ("eager", "torchax", "ours", "execute"):
+        ratios = "".join(f"   {seconds[label] / seconds[base]:.2f}x {base}" for base in ("eager", "torchax")
+                         if label not in (base, "eager"))
+        print(f"  {label:<9}{seconds[label]:8.3f} s{ratios}")
+    for base, target in PEER_TARGETS.items():
+        ratio = seconds["ours"] / seconds[base]
+        print(f"target ours <= {target}x {base}: {ratio:.2f}x, {'met' if ratio <= target else 'missed'}")
 
 
 # -- ops per transformer layer ---------------------------------------------------------------

@@ -129,12 +129,16 @@ class Executable:
         """The compiled ``LoadedExecutable`` (its HLO, memory figures, shardings)."""
         return self._loaded
 
-    def execute(self, device_arrays: Sequence) -> list[np.ndarray]:
+    def execute(self, device_arrays: Sequence) -> list[jax.Array]:
+        """The results, computed (each one device's array: over a mesh, from this process's first device);
+        ``np.asarray`` or ``stablehlo_ir.dtypes.to_torch`` reads them (on CPU, without a copy)."""
         start = time.perf_counter()
         if self.mesh is not None:
             outputs = spmd.execute(self._loaded, device_arrays)
         else:
-            outputs = [np.asarray(o) for o in self._loaded.execute(list(device_arrays))]
+            outputs = self._loaded.execute(list(device_arrays))
+        for output in outputs:
+            output.block_until_ready()
         if ANALYSIS.enabled:
             ANALYSIS.executed(self.module, self.shapes, time.perf_counter() - start)
         return outputs

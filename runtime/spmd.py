@@ -75,7 +75,7 @@ def place(shape: Sequence[int], layout: jax.sharding.Sharding, read: Callable[[t
         return jax.make_array_from_callback(tuple(shape), layout, read_once)
 
 
-def execute(loaded, arguments: Sequence[jax.Array]) -> list[np.ndarray]:
+def execute(loaded, arguments: Sequence[jax.Array]) -> list[jax.Array]:
     """Run an SPMD executable; each result from this process's first device (results are replicated)."""
     results = loaded.execute_sharded(list(arguments)).disassemble_into_single_device_arrays()
-    return [np.asarray(shards[0]) for shards in results]
+    return [shards[0] for shards in results]
