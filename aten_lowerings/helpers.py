@@ -199,6 +199,9 @@ def reshape(ctx: LoweringContext, value: ir.Value, sizes) -> ir.Value:
     result_type = ir.RankedTensorType.get(mlir_shape(sizes), value_type(value).element_type)
     if value_type(value) == result_type:
         return value
+    owner = value.owner
+    if isinstance(owner, ir.OpView | ir.Operation) and owner.operation.name in ("stablehlo.reshape", "stablehlo.dynamic_reshape"):
+        return reshape(ctx, owner.operands[0], sizes)  # a reshape of a reshape: one reshape of the first's operand
     if is_static(sizes):
         return stablehlo.reshape(result_type, value)
     return stablehlo.dynamic_reshape(result_type, value, ctx.shape_value(sizes))

@@ -21,6 +21,7 @@ from aten_lowerings import (LoweringContext, PaddedDims, is_padded, keeps_paddin
                             tensor_type)
 from stablehlo_ir.refine import ShapeRefinementError, refine_shapes
 from stablehlo_ir.sharding import argument_attributes, declare_mesh, replicated_results
+from stablehlo_ir.unused import erase_unused
 
 from .errors import LoweringError
 from .inplace import functionalised
@@ -85,6 +86,7 @@ class GraphLowering:
                 results += self._output_sizes(output)
                 results += [self._values[node] for node in self.exposed]
                 func.ReturnOp(results)
+            erase_unused(block)
             function.attributes["function_type"] = ir.TypeAttr.get(
                 ir.FunctionType.get(arg_types, [r.type for r in results]))
             if self.signature.mesh:

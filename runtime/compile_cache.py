@@ -6,7 +6,10 @@ so an executable built with other options is never returned.
 Entries carry a checksum: a corrupt or unreadable entry is deleted and rebuilt.
 Writes go to a temporary file renamed into place, so processes writing at once
 are safe; the folder is kept under a size bound by evicting the least recently
-used entries.
+used entries. The folder is measured (every entry stat-ed) at a process's first
+write, and again only once the bound could be passed or this process has written
+1/64 of it since: measuring it at every write made each write cost a walk of
+thousands of entries.
 
 Location: ``$TORCH_STABLEHLO_CACHE_DIR`` (``off`` disables the cache), else
 ``~/.cache/torch-stablehlo/executables``; bound: ``$TORCH_STABLEHLO_CACHE_MAX_BYTES``
@@ -18,6 +21,7 @@ import hashlib
 import json
 import os
 import tempfile
+from functools import lru_cache
 from pathlib import Path
 
 import jaxlib
@@ -34,13 +38,17 @@ class CompileCache:
     def __init__(self, directory: str | os.PathLike, max_bytes: int = DEFAULT_MAX_BYTES):
         self.directory = Path(directory)
         self.max_bytes = max_bytes
+        self._measured: int | None = None  # the folder's bytes when last measured (None: not yet)
+        self._written = 0  # bytes this process wrote since
 
     @classmethod
     def from_environment(cls) -> "CompileCache | None":
+        """The cache the environment names (one object per folder and bound in a process, so what it measured
+        of the folder carries from one write to the next)."""
         directory = os.environ.get(DIR_VARIABLE, str(Path.home() / ".cache" / "torch-stablehlo" / "executables"))
         if directory.lower() == "off":
             return None
-        return cls(directory, int(os.environ.get(MAX_BYTES_VARIABLE, DEFAULT_MAX_BYTES)))
+        return _shared(directory, int(os.environ.get(MAX_BYTES_VARIABLE, DEFAULT_MAX_BYTES)))
 
     @staticmethod
     def key_parts(module_fingerprint: str, client, compile_options=None) -> dict[str, str]:
@@ -98,9 +106,13 @@ class CompileCache:
             handle.write(_MAGIC + hashlib.sha256(payload).digest() + payload)
         os.replace(handle.name, self.directory / key)
         _parts_file(self.directory / key).write_text(json.dumps(parts))
-        self._evict()
+        self._written += len(payload)
+        if (self._measured is None or self._measured + self._written > self.max_bytes
+                or self._written > self.max_bytes // 64):
+            self._evict()
 
     def _evict(self) -> None:
+        """Measure the folder and delete least recently used entries until it is within the bound."""
         entries = []
         for path in self.directory.iterdir():
             try:
@@ -116,6 +128,12 @@ class CompileCache:
             path.unlink(missing_ok=True)
             _parts_file(path).unlink(missing_ok=True)
             total -= size
+        self._measured, self._written = total, 0
+
+
+@lru_cache(maxsize=None)
+def _shared(directory: str, max_bytes: int) -> CompileCache:
+    return CompileCache(directory, max_bytes)
 
 
 def digest(parts: dict[str, str]) -> str:

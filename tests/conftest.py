@@ -4,12 +4,16 @@ of independent tests spread over every worker.
 
 ``--full-sweep`` (or ``TORCH_STABLEHLO_FULL_SWEEP=1``) makes ``tests/tools/test_opinfo_sweep.py`` check every
 OpInfo entry instead of its fixed sample (see that module). At the end of a session the time spent per test
-directory (setup, call and teardown, summed over workers) is printed."""
+directory (setup, call and teardown, summed over workers) is printed.
+
+Every test starts from torch's seed 0, so the random inputs a test draws do not depend on which tests ran before
+it on its worker."""
 import os
 from collections import defaultdict
 from pathlib import PurePosixPath
 
 import pytest
+import torch
 
 SPREAD = {"test_opinfo_sweep.py"}
 _SECONDS = defaultdict(float)
@@ -24,6 +28,11 @@ def pytest_addoption(parser):
 
 def full_sweep(config) -> bool:
     return config.getoption("--full-sweep") or os.environ.get("TORCH_STABLEHLO_FULL_SWEEP", "") not in ("", "0")
+
+
+@pytest.fixture(autouse=True)
+def _seeded():
+    torch.manual_seed(0)
 
 
 def pytest_configure(config):

@@ -19,11 +19,18 @@ from ..mlir_types import tensor_type
 
 
 class IndexPlan(NamedTuple):
-    """Where the index tensors go: ``indices`` is (batch..., len(dims)) int64."""
+    """Where the index tensors go: ``indices`` is (batch..., len(dims)) int64, or (batch...) with
+    ``implicit_vector`` (one indexed dim: no trailing size-1 dim, which dynamic batch dims would have to be
+    reshaped to; IREE cannot lower that reshape)."""
     indices: ir.Value
     dims: list[int]            # the operand dims that are indexed
     window_positions: list[int]  # result position of each non-indexed operand dim
     sizes: list                # torch sizes of the indexed result
+    implicit_vector: bool = False
+
+    @property
+    def index_vector_dim(self) -> int:
+        return rank(self.indices) - (0 if self.implicit_vector else 1)
 
 
 def index_plan(ctx, x_sizes, indexed: dict[int, tuple[ir.Value, object]]) -> IndexPlan:
@@ -45,15 +52,16 @@ def index_plan(ctx, x_sizes, indexed: dict[int, tuple[ir.Value, object]]) -> Ind
         if not non_negative(index):  # a mask's arange indices need no wrap (nor its compare and select)
             negative = compare(index, full_like(ctx, batch, 0, torch.int64), "LT")
             index = stablehlo.select(negative, stablehlo.add(index, size), index)
-        columns.append(reshape(ctx, index, [*batch, 1]))
-    indices = columns[0] if len(columns) == 1 else stablehlo.concatenate(columns, len(batch))
+        columns.append(index)
+    indices = columns[0] if len(columns) == 1 else \
+        stablehlo.concatenate([reshape(ctx, c, [*batch, 1]) for c in columns], len(batch))
 
     window = [d for d in range(len(x_sizes)) if d not in indexed]
     first = dims[0] if dims == list(range(dims[0], dims[0] + len(dims))) else 0
     positions = [j if j < first else j + len(batch) for j in range(len(window))]
     sizes = [x_sizes[d] for d in window]
     sizes[first:first] = batch
-    return IndexPlan(indices, dims, positions, sizes)
+    return IndexPlan(indices, dims, positions, sizes, implicit_vector=len(columns) == 1)
 
 
 _LAYOUT = {"stablehlo.broadcast_in_dim", "stablehlo.dynamic_broadcast_in_dim", "stablehlo.reshape",
@@ -96,7 +104,7 @@ def along_dim_plan(ctx, dim: int, index, index_sizes) -> IndexPlan:
 def gather_plan(ctx, x, x_sizes, plan: IndexPlan) -> ir.Value:
     numbers = stablehlo.GatherDimensionNumbers.get(
         offset_dims=plan.window_positions, collapsed_slice_dims=plan.dims, operand_batching_dims=[],
-        start_indices_batching_dims=[], start_index_map=plan.dims, index_vector_dim=rank(plan.indices) - 1)
+        start_indices_batching_dims=[], start_index_map=plan.dims, index_vector_dim=plan.index_vector_dim)
     slice_sizes = [1 if d in plan.dims else s for d, s in enumerate(x_sizes)]
     result_type = tensor_type(plan.sizes, dtype_of(x))
     if is_static(slice_sizes):
@@ -109,7 +117,7 @@ def scatter_plan(x, plan: IndexPlan, updates, combine=None) -> ir.Value:
     numbers = stablehlo.ScatterDimensionNumbers.get(
         update_window_dims=plan.window_positions, inserted_window_dims=plan.dims, input_batching_dims=[],
         scatter_indices_batching_dims=[], scattered_dims_to_operand_dims=plan.dims,
-        index_vector_dim=rank(plan.indices) - 1)
+        index_vector_dim=plan.index_vector_dim)
     op = stablehlo.ScatterOp([value_type(x)], [x], plan.indices, [convert(updates, dtype_of(x))], numbers)
     scalar = ir.RankedTensorType.get([], value_type(x).element_type)
     block = op.regions[0].blocks.append(scalar, scalar)

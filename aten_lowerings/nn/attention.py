@@ -41,18 +41,31 @@ def _argument_dims(arguments, metas) -> SymbolicDims:
 
 
 def _composite(ctx, name: str, operands, metas, attributes: dict, result_types, body):
-    """``stablehlo.composite`` named ``name`` whose decomposition is a new private function of the
-    module; ``body(body_ctx, *arguments)`` emits it and returns its results."""
+    """``stablehlo.composite`` named ``name`` whose decomposition is a private function of the module;
+    ``body(body_ctx, *arguments)`` emits it and returns its results. A function the module already has with
+    the same ops (every layer of a transformer) is used instead of a copy."""
     module = enclosing_module()
     function = func.FuncOp(name.replace(".", "_"), ([v.type for v in operands], result_types),
                            visibility="private", ip=ir.InsertionPoint(module.regions[0].blocks[0]))
-    symbol = ir.SymbolTable(module).insert(function.operation)
+    symbol = ir.SymbolTable(module).insert(function.operation).value
     block = function.add_entry_block()
     body_ctx = LoweringContext(ctx.node, _argument_dims(block.arguments, metas), ctx.lower_graph)
     with ir.InsertionPoint(block):
         func.ReturnOp(body(body_ctx, *block.arguments))
-    return stablehlo.composite(result_types, operands, name, ir.FlatSymbolRefAttr.get(symbol.value), 0,
+    text = _ops_text(function)
+    twin = next((f for f in module.regions[0].blocks[0].operations if isinstance(f, func.FuncOp)
+                 and f.sym_name.value != symbol and _ops_text(f) == text), None)
+    if twin is not None:
+        function.operation.erase()
+        symbol = twin.sym_name.value
+    return stablehlo.composite(result_types, operands, name, ir.FlatSymbolRefAttr.get(symbol), 0,
                                composite_attributes=attributes)
+
+
+def _ops_text(function: func.FuncOp) -> str:
+    """A function's signature and ops, without its name or locations."""
+    text = function.operation.get_asm(enable_debug_info=False, use_local_scope=True)
+    return text.replace(function.sym_name.value, "", 1)
 
 
 # -- the decomposition ------------------------------------------------------------------

@@ -83,12 +83,12 @@ def test_dynamic_mlp_compiles_as_it_is():
 
 def test_dynamic_gpt2_is_close_to_its_static_twin_in_ops():
     """One shape tensor per distinct shape, sizes read once, no broadcast to the sizes a value has: the module
-    with symbolic batch and sequence has at most 16% more ops than the same model exported static."""
+    with symbolic batch and sequence has at most 15% more ops than the same model exported static."""
     model, artifact = dynamic_case("gpt2_2layer")
     twin = zoo.get("gpt2_2layer").build(**zoo.get("gpt2_2layer").dynamic.example)  # the same sizes, static
     static = export_to_stablehlo(model, tuple(twin.args), dict(twin.kwargs))
     dynamic_ops, static_ops = count_ops(artifact.stablehlo_text), count_ops(static.stablehlo_text)
-    assert dynamic_ops <= 1.16 * static_ops, f"dynamic {dynamic_ops} ops, static {static_ops}"
+    assert dynamic_ops <= 1.15 * static_ops, f"dynamic {dynamic_ops} ops, static {static_ops}"
 
 
 def test_sizes_must_name_every_symbolic_dim_in_range():

@@ -76,6 +76,36 @@ def test_size_bound_evicts_least_recently_used(tmp_path):
     assert sorted(p.name for p in _entries(tmp_path)) == ["entry0", "entry2"]
 
 
+class _Payload:
+    """A stand-in client whose executables serialize to ``size`` bytes."""
+    platform, platform_version = "cpu", "test"
+
+    def __init__(self, size: int):
+        self.size = size
+
+    def serialize_executable(self, executable) -> bytes:
+        return b"x" * self.size
+
+
+def test_stores_stay_within_the_bound_without_walking_the_folder_each_time(tmp_path, monkeypatch):
+    cache = CompileCache(tmp_path, max_bytes=64 * 1000)
+    walks = []
+    measure = cache._evict
+    monkeypatch.setattr(cache, "_evict", lambda: (walks.append(1), measure()))
+    for index in range(40):  # 10-byte entries: far below the bound, measured at the first write only
+        cache.store({"module": str(index)}, _Payload(10), None)
+    assert len(walks) == 1
+    for index in range(40):  # 3,000-byte entries: the bound is reached, so the folder is measured and trimmed
+        cache.store({"module": f"big{index}"}, _Payload(3000), None)
+        assert sum(p.stat().st_size for p in _entries(tmp_path)) <= 64 * 1000
+    assert len(_entries(tmp_path)) < 80
+
+
+def test_one_cache_object_per_folder_in_a_process(monkeypatch, tmp_path):
+    monkeypatch.setenv(DIR_VARIABLE, str(tmp_path))
+    assert CompileCache.from_environment() is CompileCache.from_environment()
+
+
 def test_off_disables_the_cache(monkeypatch):
     monkeypatch.setenv(DIR_VARIABLE, "off")
     assert CompileCache.from_environment() is None

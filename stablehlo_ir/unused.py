@@ -1,0 +1,29 @@
+"""Erasing ops whose results nothing reads, as the walk leaves them (a reshape of a reshape reads the first one's
+operand, a size computed for a shape that folded away, ...). Only ops without effects go: custom calls,
+collectives, control flow and anything outside StableHLO/CHLO stay, whether read or not."""
+from __future__ import annotations
+
+from jaxlib.mlir import ir
+
+_KEPT = {"stablehlo.custom_call", "stablehlo.send", "stablehlo.recv", "stablehlo.infeed", "stablehlo.outfeed",
+         "stablehlo.after_all", "stablehlo.optimization_barrier", "stablehlo.all_reduce", "stablehlo.all_gather",
+         "stablehlo.all_to_all", "stablehlo.reduce_scatter", "stablehlo.collective_permute",
+         "stablehlo.collective_broadcast", "stablehlo.while", "stablehlo.if", "stablehlo.case",
+         "stablehlo.composite"}
+
+
+def erase_unused(block: ir.Block) -> int:
+    """Erase the effect-free ops in ``block`` (and the blocks nested in its ops) whose results are never read;
+    returns how many went. One pass from the end: an op's readers come after it, so a chain goes at once."""
+    erased = 0
+    for op in reversed(list(block.operations)):
+        operation = op.operation
+        for region in operation.regions:
+            for inner in region.blocks:
+                erased += erase_unused(inner)
+        name = operation.name
+        if (operation.results and name.startswith(("stablehlo.", "chlo.")) and name not in _KEPT
+                and not any(True for result in operation.results for _ in result.uses)):
+            operation.erase()
+            erased += 1
+    return erased
