@@ -244,7 +244,9 @@ BACKWARD_OPS = {aten.convolution_backward.default, aten.native_layer_norm_backwa
 OPINFO_NAMES = ["nn.functional.conv1d", "nn.functional.conv2d", "nn.functional.conv3d",
                 "nn.functional.conv_transpose1d", "nn.functional.conv_transpose2d", "nn.functional.conv_transpose3d", "nn.functional.layer_norm",
                 "native_layer_norm", "nn.functional.avg_pool2d", "nn.functional.adaptive_avg_pool2d",
-                "nn.functional.max_pool2d", "max_pool2d_with_indices_backward", "nn.functional.embedding"]
+                "nn.functional.max_pool2d", "nn.functional.embedding"]
+# left out: the OpInfo "max_pool2d_with_indices_backward", whose vjp is zeros that never read the backward op (the
+# export drops such unused ops); nn.functional.max_pool2d's vjp and test_max_pool2d_with_indices_backward run it
 OPINFO_SAMPLES = [pytest.param(info, index, id=f"{info.name}-{index}")
                   for info in op_db if info.name in OPINFO_NAMES for index in range(2)]
 
@@ -269,7 +271,9 @@ def _vjp_graph(info, sample):
         _, pullback = torch.func.vjp(forward, *inputs[:len(tensors)])
         return [g for g in pullback(list(inputs[len(tensors):])) if g is not None]
 
-    return make_fx(vjp)(*tensors, *cotangents), [*tensors, *cotangents]
+    graph = make_fx(vjp)(*tensors, *cotangents)
+    graph.graph.eliminate_dead_code()  # the backward ops checked below are those whose results are used
+    return graph, [*tensors, *cotangents]
 
 
 @pytest.mark.parametrize("info, index", OPINFO_SAMPLES)
