@@ -1,7 +1,6 @@
 """IREE as a second consumer: the golden zoo's float models compiled by IREE for the host CPU (llvm-cpu) and run by
 its runtime, against the stored goldens (static) and eager torch (dynamic, specialised by ``iree_module``) at
-the zoo's tolerance. Each module is compiled once per session. gpt2_12layer is left out: its compile alone
-takes longer than this whole module should (the 2-layer GPT-2s cover the same ops)."""
+the zoo's tolerance. Each module is compiled once per session."""
 from __future__ import annotations
 
 import functools
@@ -15,8 +14,8 @@ from exporter import compile_for_iree, export_to_stablehlo, iree_module
 from golden import dynamic, store, zoo
 from stablehlo_ir.op_counts import count_ops
 
-STATIC = ["mlp", "cnn", "gpt2_2layer", "gpt2_2layer_eager", "llama", "bert", "vit", "cond_heads", "rnn_scan",
-          "decoder_scan_layers"]
+STATIC = ["mlp", "cnn", "gpt2_2layer", "gpt2_2layer_eager", "gpt2_12layer", "llama", "bert", "vit", "cond_heads",
+          "rnn_scan", "decoder_scan_layers"]
 DYNAMIC = ["gpt2_2layer", "bert", "llama"]
 SIZES = [{"batch": 1, "length": 2}, {"batch": 3, "length": 17}]
 
@@ -44,6 +43,10 @@ def dynamic_case(name: str):
     """(model, artifact) of a zoo model's dynamic variant: one export, symbolic batch and sequence."""
     built, artifact = dynamic.export_variant(name)
     return built.model, artifact
+
+
+def test_every_float_zoo_model_is_checked():
+    assert sorted(STATIC) == sorted(set(zoo.names()) - set(zoo.names("quantized")))
 
 
 @pytest.mark.parametrize("name", STATIC)
