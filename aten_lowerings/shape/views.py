@@ -8,6 +8,8 @@ functionalised every mutation through a view. Slices, and the bounds they take
 """
 from __future__ import annotations
 
+import math
+
 import sympy
 import torch
 from jaxlib.mlir import ir
@@ -154,6 +156,20 @@ def _repeat(ctx, x, repeats):
 @lower(aten.repeat.default)
 def repeat(ctx, x, _repeats):
     return _repeat(ctx, x, list(ctx.literal(1)))
+
+
+@lower(aten.repeat_interleave.self_int)
+def repeat_interleave(ctx, x, _repeats, dim=None, *, output_size=None):
+    """Each element ``repeats`` times in a row along ``dim`` (of the flattened tensor where ``dim`` is None): a
+    broadcast into a new dim after ``dim``, merged with it."""
+    sizes = list(ctx.arg_meta(0).shape)
+    if dim is None:
+        sizes, dim = [math.prod(sizes)], 0
+        x = reshape(ctx, x, sizes)
+    dim = normalize_dim(dim, len(sizes))
+    spread = [*sizes[:dim + 1], ctx.literal(1), *sizes[dim + 1:]]
+    tiled = broadcast_in_dim(ctx, x, spread, [d if d <= dim else d + 1 for d in range(len(sizes))])
+    return reshape(ctx, tiled, ctx.out_shape)
 
 
 @lower(aten.tile.default)

@@ -84,6 +84,10 @@ CASES = {
     "repeat": (lambda x: x.repeat(2, 1, 3), [(4, 6, 5)]),
     "repeat_more_dims": (lambda x: x.repeat(2, 1, 1, 2), [(4, 6, 5)]),
     "tile_fewer_dims": (lambda x: x.tile(3,), [(2, 4)]),
+    "repeat_interleave": (lambda x: x.repeat_interleave(3, dim=1), [(2, 4, 5)]),
+    "repeat_interleave_last": (lambda x: x.repeat_interleave(2, dim=-1), [(2, 3)]),
+    "repeat_interleave_flat": (lambda x: x.repeat_interleave(2), [(2, 3)]),
+    "repeat_interleave_scalar": (lambda x: x.repeat_interleave(4), [()]),
     "flip": (lambda x: x.flip(0, -1), [(4, 6, 5)]),
     "roll": (lambda x: x.roll(2, 1), [(4, 6, 5)]),
     "roll_several": (lambda x: x.roll((1, -2), (0, 2)), [(4, 6, 5)]),
@@ -97,7 +101,7 @@ CASES = {
 }
 
 DTYPE_CASES = ["permute", "expand_new_dims", "cat", "split_uneven", "slice_step", "select", "diff_prepend_append",
-               "repeat", "roll_several", "tril_diagonal"]
+               "repeat", "repeat_interleave", "roll_several", "tril_diagonal"]
 
 
 def _run(name, dtype):
@@ -109,6 +113,12 @@ def _run(name, dtype):
 @pytest.mark.parametrize("name", list(CASES))
 def test_float32(name):
     _run(name, torch.float32)
+
+
+def test_repeat_interleave_with_int_repeats_has_its_own_rule():
+    """No decomposition (which would re-trace the whole program): repeats of an int are a broadcast."""
+    assert_lowers({torch.ops.aten.repeat_interleave.self_int}, lambda x: x.repeat_interleave(3, dim=1),
+                  make((2, 4, 5), normal=True))
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.int32, torch.int64, torch.bool])
@@ -152,6 +162,8 @@ DYNAMIC_CASES = {
     "cat_stack": lambda x: torch.stack([torch.cat([x, x[:1]]), torch.cat([x[:1], x])]),
     "diff": lambda x: torch.diff(x, dim=0, prepend=x[:1]),
     "repeat": lambda x: x.repeat(2, 1, 1),
+    "repeat_interleave": lambda x: x.repeat_interleave(2, dim=0),
+    "repeat_interleave_flat": lambda x: x.repeat_interleave(3),
     "roll": lambda x: x.roll(-2, 0),
     "roll_flat": lambda x: x.roll(3),
     "tril": lambda x: x.transpose(0, 2).tril(1),
