@@ -54,7 +54,8 @@ def _composite(ctx, name: str, operands, metas, attributes: dict, result_types, 
         func.ReturnOp(body(body_ctx, *block.arguments))
     text = _ops_text(function)
     twin = next((f for f in module.regions[0].blocks[0].operations if isinstance(f, func.FuncOp)
-                 and f.sym_name.value != symbol and _ops_text(f) == text), None)
+                 and f.sym_name.value != symbol and f.visibility.value == "private" and f.type == function.type
+                 and _ops_text(f) == text), None)
     if twin is not None:
         function.operation.erase()
         symbol = twin.sym_name.value
