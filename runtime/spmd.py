@@ -76,6 +76,11 @@ def place(shape: Sequence[int], layout: jax.sharding.Sharding, read: Callable[[t
 
 
 def execute(loaded, arguments: Sequence[jax.Array]) -> list[jax.Array]:
-    """Run an SPMD executable; each result from this process's first device (results are replicated)."""
+    """Run an SPMD executable; each result from this process's first device (results are replicated). Returns
+    once every local device has finished: a process that went on (or exited) while its other devices were still in
+    a collective would leave the other processes waiting for them."""
     results = loaded.execute_sharded(list(arguments)).disassemble_into_single_device_arrays()
+    for shards in results:
+        for shard in shards:
+            shard.block_until_ready()
     return [shards[0] for shards in results]

@@ -40,10 +40,11 @@ def test_two_processes_match_one(tmp_path):
                                  str(i), str(tmp_path / "input_ids.npy"), str(tmp_path / f"out{i}.npz")],
                                 env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) for i in range(2)]
     try:
-        errors = [worker.communicate(timeout=120)[1] for worker in workers]
-    finally:
+        errors = [worker.communicate(timeout=240)[1] for worker in workers]
+    except subprocess.TimeoutExpired:
         for worker in workers:
             worker.kill()
+        pytest.fail("a worker hung; their stderr:\n" + "\n".join(w.communicate()[1].decode()[-2000:] for w in workers))
     for i, worker in enumerate(workers):
         assert worker.returncode == 0, errors[i].decode()[-3000:]
         result = np.load(tmp_path / f"out{i}.npz")
