@@ -195,13 +195,19 @@ def broadcast_to(ctx: LoweringContext, value: ir.Value, sizes) -> ir.Value:
     return broadcast_in_dim(ctx, value, sizes, list(range(offset, len(sizes))))
 
 
+def producer(value: ir.Value) -> ir.Operation | None:
+    """The op whose result ``value`` is (None for a block argument)."""
+    owner = value.owner
+    return owner.operation if isinstance(owner, ir.Operation | ir.OpView) else None
+
+
 def reshape(ctx: LoweringContext, value: ir.Value, sizes) -> ir.Value:
     result_type = ir.RankedTensorType.get(mlir_shape(sizes), value_type(value).element_type)
     if value_type(value) == result_type:
         return value
-    owner = value.owner
-    if isinstance(owner, ir.OpView | ir.Operation) and owner.operation.name in ("stablehlo.reshape", "stablehlo.dynamic_reshape"):
-        return reshape(ctx, owner.operands[0], sizes)  # a reshape of a reshape: one reshape of the first's operand
+    source = producer(value)
+    if source is not None and source.name in ("stablehlo.reshape", "stablehlo.dynamic_reshape"):
+        return reshape(ctx, source.operands[0], sizes)  # a reshape of a reshape: one reshape of the first's operand
     if is_static(sizes):
         return stablehlo.reshape(result_type, value)
     return stablehlo.dynamic_reshape(result_type, value, ctx.shape_value(sizes))

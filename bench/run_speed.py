@@ -108,11 +108,7 @@ def time_model(name: str, size: dict, repeats: int) -> None:
     executable = artifact._compiled([s.tensor.shape for s in artifact.signature.weights] + [h.shape for h in hosts])
     device_inputs = artifact._weights_on_device(executable) + executable.put(hosts)
 
-    def execute():
-        for output in executable.loaded.execute(device_inputs):
-            output.block_until_ready()
-
-    seconds = timed({"eager": eager, "ours": ours, "execute": execute}, repeats)
+    seconds = timed({"eager": eager, "ours": ours, "execute": lambda: executable.execute(device_inputs)}, repeats)
     eager_s, ours_s, execute_s = (seconds[k] for k in ("eager", "ours", "execute"))
     shapes = ", ".join("x".join(map(str, t.shape)) for t in tensors)
     target = (f"<= {TARGET_RATIO}: " + ("met" if ours_s / eager_s <= TARGET_RATIO else "missed")) \
@@ -161,12 +157,12 @@ def against_torchax(peer_python: str, repeats: int) -> None:
     program = torch.export.export(model, (), kwargs)
     with tempfile.TemporaryDirectory() as folder:
         torch.export.save(program, Path(folder, "program.pt2"))
-        peer = subprocess.run([peer_python, str(Path(__file__).parent / "peers" / "torchax_export.py"),
-                               str(Path(folder, "program.pt2")), folder], capture_output=True, text=True)
-        if peer.returncode:
+        exported = subprocess.run([peer_python, str(Path(__file__).parent / "peers" / "torchax_export.py"),
+                                   str(Path(folder, "program.pt2")), folder], capture_output=True, text=True)
+        if exported.returncode:
             sys.exit(f"torchax export failed with {peer_python} (make its venv with ../shared/peers/torchax_venv.sh)"
-                     f":\n{peer.stderr[-2000:]}")
-        print(peer.stdout.strip().splitlines()[-1])
+                     f":\n{exported.stderr[-2000:]}")
+        print(exported.stdout.strip().splitlines()[-1])
         peer = pjrt.Executable(Path(folder, "torchax.mlir").read_text())
         with np.load(Path(folder, "torchax_weights.npz")) as stored:
             peer_inputs = peer.put([stored[f"w{i}"] for i in range(len(stored.files) - 1)])
@@ -184,18 +180,11 @@ def against_torchax(peer_python: str, repeats: int) -> None:
         with torch.no_grad():
             return model(**kwargs)
 
-    def execute():
-        for output in executable.loaded.execute(device_inputs):
-            output.block_until_ready()
-
-    def torchax():
-        for output in peer.loaded.execute(peer_inputs):
-            output.block_until_ready()
-
     ours_logits = artifact(**kwargs)
     peer_logits = to_torch(peer.execute(peer_inputs)[0])
-    seconds = timed({"eager": eager, "ours": lambda: artifact(**kwargs), "execute": execute, "torchax": torchax},
-                    repeats)
+    seconds = timed({"eager": eager, "ours": lambda: artifact(**kwargs),
+                     "execute": lambda: executable.execute(device_inputs),
+                     "torchax": lambda: peer.execute(peer_inputs)}, repeats)
     print(f"GPT-2 12-layer, eager attention, {TEXT['batch']} x {TEXT['length']} tokens; logits differ from torchax's "
           f"by at most {(ours_logits - peer_logits).abs().max().item():.2e}")
     for label in ("eager", "torchax", "ours", "execute"):

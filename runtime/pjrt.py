@@ -137,8 +137,8 @@ class Executable:
             outputs = spmd.execute(self._loaded, device_arrays)
         else:
             outputs = self._loaded.execute(list(device_arrays))
-        for output in outputs:
-            output.block_until_ready()
+            for output in outputs:
+                output.block_until_ready()
         if ANALYSIS.enabled:
             ANALYSIS.executed(self.module, self.shapes, time.perf_counter() - start)
         return outputs

@@ -12,18 +12,15 @@ _KEPT = {"stablehlo.custom_call", "stablehlo.send", "stablehlo.recv", "stablehlo
          "stablehlo.composite"}
 
 
-def erase_unused(block: ir.Block) -> int:
-    """Erase the effect-free ops in ``block`` (and the blocks nested in its ops) whose results are never read;
-    returns how many went. One pass from the end: an op's readers come after it, so a chain goes at once."""
-    erased = 0
+def erase_unused(block: ir.Block) -> None:
+    """Erase the effect-free ops in ``block`` (and the blocks nested in its ops) whose results are never read.
+    One pass from the end: an op's readers come after it, so a chain goes at once."""
     for op in reversed(list(block.operations)):
         operation = op.operation
         for region in operation.regions:
             for inner in region.blocks:
-                erased += erase_unused(inner)
+                erase_unused(inner)
         name = operation.name
         if (operation.results and name.startswith(("stablehlo.", "chlo.")) and name not in _KEPT
                 and not any(True for result in operation.results for _ in result.uses)):
             operation.erase()
-            erased += 1
-    return erased

@@ -13,8 +13,8 @@ import torch
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
-from ..helpers import (broadcast_in_dim, broadcast_to, compare, convert, dtype_of, full_like, iota, is_static, rank,
-                       reshape, value_type)
+from ..helpers import (broadcast_in_dim, broadcast_to, compare, convert, dtype_of, full_like, iota, is_static,
+                       producer, rank, reshape, value_type)
 from ..mlir_types import tensor_type
 
 
@@ -73,10 +73,9 @@ _COMBINING = {"stablehlo.add", "stablehlo.multiply", "stablehlo.concatenate"}  #
 def non_negative(value: ir.Value, depth: int = 24) -> bool:
     """Whether the ops that made an integer ``value`` show it is >= 0: an iota or a non-negative constant,
     through layout ops, widening integer conversions, sums and products (``arange`` indices are)."""
-    owner = value.owner
-    if depth == 0 or not isinstance(owner, ir.Operation | ir.OpView):
+    op = producer(value)
+    if depth == 0 or op is None:
         return False
-    op = owner.operation if isinstance(owner, ir.OpView) else owner
     if op.name in ("stablehlo.iota", "stablehlo.dynamic_iota"):
         return True
     if op.name == "stablehlo.constant":
