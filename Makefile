@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml constraints.txt
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(PY) -m golden.demo
+	$(PY) -m torch_stablehlo.golden.demo
 
 test: $(STAMP)
 	$(PY) -m pytest -n auto --dist loadgroup -q --durations=25
@@ -24,10 +24,10 @@ test-full: $(STAMP)
 	$(PY) -m pytest -n auto --dist loadgroup -q --durations=25 --full-sweep
 
 coverage: $(STAMP)
-	$(PY) -m tools coverage
+	$(PY) -m torch_stablehlo coverage
 
 golden: $(STAMP)
-	$(PY) -m golden.regenerate
+	$(PY) -m torch_stablehlo.golden.regenerate
 
 bench: $(STAMP)
 	$(PY) bench/convert_speed.py

@@ -12,9 +12,9 @@ import torch
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
-from quantize import fusion
-from quantize.schemes import CHOOSE_QPARAMS, DEQUANTIZE, PER_CHANNEL, QUANTIZE, static_scheme
-from quantize.types import accumulator_scheme, quant_tensor_type
+from torch_stablehlo.quantize import fusion
+from torch_stablehlo.quantize.schemes import CHOOSE_QPARAMS, DEQUANTIZE, PER_CHANNEL, QUANTIZE, static_scheme
+from torch_stablehlo.quantize.types import accumulator_scheme, quant_tensor_type
 
 from .emit.contraction import convolve, dot_general, per_dim, symmetric_padding
 from .helpers import (broadcast_in_dim, constant, convert, dtype_of, full_like, normalize_dim, rank, reduce, reshape,

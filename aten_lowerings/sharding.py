@@ -8,7 +8,7 @@ import json
 import torch
 from jaxlib.mlir import ir
 
-from stablehlo_ir.sharding import MESH_NAME, constrain, normalize_spec
+from torch_stablehlo.stablehlo_ir.sharding import MESH_NAME, constrain, normalize_spec
 
 from .helpers import enclosing_module
 from .registry import lower

@@ -14,13 +14,13 @@ import subprocess
 import sys
 import tempfile
 
-from runtime.compile_cache import DIR_VARIABLE
+from torch_stablehlo.runtime.compile_cache import DIR_VARIABLE
 
 FIRST_CALL = """
 import json, time
-from exporter import export_to_stablehlo
-from golden import zoo
-from runtime import pjrt
+from torch_stablehlo.exporter import export_to_stablehlo
+from torch_stablehlo.golden import zoo
+from torch_stablehlo.runtime import pjrt
 built = zoo.get({model!r}).build()
 artifact = export_to_stablehlo(built.model, built.args, built.kwargs)
 start = time.perf_counter()

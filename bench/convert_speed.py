@@ -28,7 +28,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from exporter import export_to_stablehlo  # noqa: E402
+from torch_stablehlo.exporter import export_to_stablehlo  # noqa: E402
 
 HEADER = (f"{'model':<26}{'nodes':>7}{'first (s)':>10}{'ours (s)':>10}{'run_decompositions (s)':>24}{'ratio':>8}"
           f"{'us/node':>9}")
@@ -56,8 +56,8 @@ def gpt2_program(attention: str = "sdpa", layers: int = 12, width: int = 768, he
 
 
 def zoo_program(name: str) -> torch.export.ExportedProgram:
-    from golden import zoo
-    from quantize import plain_quantized_weights
+    from torch_stablehlo.golden import zoo
+    from torch_stablehlo.quantize import plain_quantized_weights
 
     built = zoo.get(name).build()
     return torch.export.export(plain_quantized_weights(built.model), tuple(built.args), built.kwargs)
@@ -154,7 +154,7 @@ def main() -> None:
         measure(f"gpt2-12layer/{attention}", gpt2_program(attention), options.repeats)
 
     if not options.skip_zoo:
-        from golden import zoo
+        from torch_stablehlo.golden import zoo
 
         print("\ngolden zoo")
         print(HEADER)

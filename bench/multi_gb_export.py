@@ -55,7 +55,7 @@ def step_export(options, work: Path) -> dict:
     import numpy as np
     import torch
 
-    from exporter import export_to_stablehlo
+    from torch_stablehlo.exporter import export_to_stablehlo
 
     model, input_ids = build(options)
     weight_bytes = sum(t.numel() * t.element_size() for t in model.state_dict().values())
@@ -80,7 +80,7 @@ def step_load(options, work: Path) -> dict:
     import numpy as np
     import torch
 
-    from exporter import load_artifact
+    from torch_stablehlo.exporter import load_artifact
 
     start = time.perf_counter()
     artifact = load_artifact(work / "bundle")
@@ -93,7 +93,7 @@ def step_load(options, work: Path) -> dict:
 
 
 def step_saved_model(options, work: Path) -> dict:
-    from exporter import load_artifact
+    from torch_stablehlo.exporter import load_artifact
 
     start = time.perf_counter()
     load_artifact(work / "bundle").save_tf_saved_model(work / "saved_model")

@@ -69,7 +69,7 @@ def main() -> None:
               "medians")
         against_torchax(options.peer_python, options.repeats)
         return
-    from golden import zoo
+    from torch_stablehlo.golden import zoo
 
     names = options.models.split(",") if options.models else zoo.names()
     print(f"threads: torch.set_num_threads({options.threads}); XLA CPU client pinned to the same "
@@ -86,10 +86,10 @@ def main() -> None:
 def time_model(name: str, size: dict, repeats: int) -> None:
     import torch
 
-    from exporter import export_to_stablehlo
-    from golden import zoo
-    from runtime import pjrt
-    from stablehlo_ir.dtypes import to_numpy
+    from torch_stablehlo.exporter import export_to_stablehlo
+    from torch_stablehlo.golden import zoo
+    from torch_stablehlo.runtime import pjrt
+    from torch_stablehlo.stablehlo_ir.dtypes import to_numpy
 
     built = zoo.get(name).build(**size)
     model, args, kwargs = built.model, tuple(built.args), dict(built.kwargs)
@@ -137,10 +137,10 @@ def against_torchax(peer_python: str, repeats: int) -> None:
     import torch
     import transformers as tf
 
-    from exporter import export_to_stablehlo
-    from golden import zoo
-    from runtime import pjrt
-    from stablehlo_ir.dtypes import to_torch
+    from torch_stablehlo.exporter import export_to_stablehlo
+    from torch_stablehlo.golden import zoo
+    from torch_stablehlo.runtime import pjrt
+    from torch_stablehlo.stablehlo_ir.dtypes import to_torch
 
     class Logits(torch.nn.Module):  # a plain tensor out: a saved program with a ModelOutput does not load
         def __init__(self):
@@ -239,7 +239,7 @@ def _torchax_text(model, kwargs) -> str:
 
 
 def ops_per_layer() -> None:
-    from exporter import export_to_stablehlo
+    from torch_stablehlo.exporter import export_to_stablehlo
 
     try:
         import torchax.export  # noqa: F401

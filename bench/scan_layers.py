@@ -14,11 +14,11 @@ from __future__ import annotations
 import argparse
 import time
 
-from exporter import export_to_stablehlo
-from golden.control_flow import decoder
-from golden.verify import count_ops
-from runtime import pjrt
-from stablehlo_ir.passes import prepare_for_xla
+from torch_stablehlo.exporter import export_to_stablehlo
+from torch_stablehlo.golden.control_flow import decoder
+from torch_stablehlo.golden.verify import count_ops
+from torch_stablehlo.runtime import pjrt
+from torch_stablehlo.stablehlo_ir.passes import prepare_for_xla
 
 
 def measure(layers: int, scanned: bool, repeats: int) -> tuple[int, float]:

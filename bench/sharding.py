@@ -22,8 +22,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from exporter import export_to_stablehlo  # noqa: E402
-from golden.sharded_decoder import TENSOR_PARALLEL, DecoderConfig, decoder_example  # noqa: E402
+from torch_stablehlo.exporter import export_to_stablehlo  # noqa: E402
+from torch_stablehlo.golden.sharded_decoder import TENSOR_PARALLEL, DecoderConfig, decoder_example  # noqa: E402
 
 CONFIG = dict(vocab=2048, hidden=256, heads=8, ffn=1024, layers=4)
 BATCH, LENGTH = 8, 64

@@ -7,8 +7,8 @@ from .errors import (BundleError, BundleVersionError, ExportError, LoweringError
                      UnsupportedOpsError, WeightsError)
 from .scan_layers import scan_layers
 from .sharding import mark_sharding, tensor_parallel_shardings
-from runtime.spmd import MeshError
-from runtime.validation import InputError
+from torch_stablehlo.runtime.spmd import MeshError
+from torch_stablehlo.runtime.validation import InputError
 
 __all__ = ["export_to_stablehlo", "load_artifact", "StableHLOArtifact", "find_divergence", "Divergence",
            "scan_layers", "iree_module", "compile_for_iree", "mark_sharding", "tensor_parallel_shardings", "ExportError", "LoweringError",

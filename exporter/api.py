@@ -7,9 +7,9 @@ from torch._export.utils import _get_decomp_for_cia
 from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind
 
-from aten_lowerings import op_name
-from quantize import lowering_graph, plain_quantized_weights, prepare_quantized
-from stablehlo_ir.mlir_context import make_context
+from torch_stablehlo.aten_lowerings import op_name
+from torch_stablehlo.quantize import lowering_graph, plain_quantized_weights, prepare_quantized
+from torch_stablehlo.stablehlo_ir.mlir_context import make_context
 
 from .artifact import StableHLOArtifact
 from .errors import UnsupportedOpsError

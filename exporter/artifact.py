@@ -10,9 +10,9 @@ from pathlib import Path
 
 import torch
 
-from runtime import pjrt
-from runtime.validation import validate_inputs
-from stablehlo_ir.dtypes import to_numpy, to_torch
+from torch_stablehlo.runtime import pjrt
+from torch_stablehlo.runtime.validation import validate_inputs
+from torch_stablehlo.stablehlo_ir.dtypes import to_numpy, to_torch
 
 from . import bundle
 from .errors import WeightsError

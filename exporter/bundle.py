@@ -26,10 +26,10 @@ import safetensors.torch
 import torch
 from jaxlib.mlir.dialects import stablehlo
 
-from stablehlo_ir.mlir_context import make_context
-from stablehlo_ir.passes import portable_artifact
-from stablehlo_ir.dtypes import to_numpy
-from stablehlo_ir.specs import DTYPES_BY_NAME, dtype_name
+from torch_stablehlo.stablehlo_ir.mlir_context import make_context
+from torch_stablehlo.stablehlo_ir.passes import portable_artifact
+from torch_stablehlo.stablehlo_ir.dtypes import to_numpy
+from torch_stablehlo.stablehlo_ir.specs import DTYPES_BY_NAME, dtype_name
 
 from .errors import BundleError, BundleVersionError
 from .folders import staged_folder

@@ -20,9 +20,9 @@ from dataclasses import dataclass
 import torch
 from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
-from quantize import lowering_graph
-from quantize.schemes import QUANTIZE
-from stablehlo_ir.mlir_context import make_context
+from torch_stablehlo.quantize import lowering_graph
+from torch_stablehlo.quantize.schemes import QUANTIZE
+from torch_stablehlo.stablehlo_ir.mlir_context import make_context
 
 from .api import convertible_program, program_weights
 from .artifact import StableHLOArtifact

@@ -1,7 +1,7 @@
 """Errors raised by the exporter, each saying what was wrong and what would be right."""
 from __future__ import annotations
 
-from runtime.validation import InputError
+from torch_stablehlo.runtime.validation import InputError
 
 
 class ExportError(Exception):

@@ -17,11 +17,11 @@ from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import func
 from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
-from aten_lowerings import (LoweringContext, PaddedDims, is_padded, keeps_padding, lowering_for, op_name, seeded_key,
+from torch_stablehlo.aten_lowerings import (LoweringContext, PaddedDims, is_padded, keeps_padding, lowering_for, op_name, seeded_key,
                             tensor_type)
-from stablehlo_ir.refine import ShapeRefinementError, refine_shapes
-from stablehlo_ir.sharding import argument_attributes, declare_mesh, replicated_results
-from stablehlo_ir.unused import erase_unused
+from torch_stablehlo.stablehlo_ir.refine import ShapeRefinementError, refine_shapes
+from torch_stablehlo.stablehlo_ir.sharding import argument_attributes, declare_mesh, replicated_results
+from torch_stablehlo.stablehlo_ir.unused import erase_unused
 
 from .errors import LoweringError
 from .inplace import functionalised

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from aten_lowerings import RANDOM_OPS, lowering_for
+from torch_stablehlo.aten_lowerings import RANDOM_OPS, lowering_for
 
 aten = torch.ops.aten
 

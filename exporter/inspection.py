@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from stablehlo_ir.op_counts import op_histogram
+from torch_stablehlo.stablehlo_ir.op_counts import op_histogram
 
 from . import bundle
 from .signature import Signature

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from stablehlo_ir.refine import refine_shapes
+from torch_stablehlo.stablehlo_ir.refine import refine_shapes
 
 from .errors import DimensionError
 from .symbolic_dims import check_range, parse_dim

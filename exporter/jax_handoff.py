@@ -18,9 +18,9 @@ import jax.numpy as jnp
 from jax import export as jax_export
 from jax.sharding import AbstractMesh, AxisType, NamedSharding
 
-from runtime import pjrt, spmd
-from stablehlo_ir.dtypes import to_numpy
-from stablehlo_ir.specs import TensorSpec
+from torch_stablehlo.runtime import pjrt, spmd
+from torch_stablehlo.stablehlo_ir.dtypes import to_numpy
+from torch_stablehlo.stablehlo_ir.specs import TensorSpec
 
 from .signature import Signature
 from .versions import DEFAULT_TARGET

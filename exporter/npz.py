@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from stablehlo_ir.dtypes import to_numpy, to_torch
+from torch_stablehlo.stablehlo_ir.dtypes import to_numpy, to_torch
 
 from .artifact import load_artifact
 

@@ -14,8 +14,8 @@ from pathlib import Path
 import tensorflow as tf
 from tensorflow.compiler.tf2xla.python.xla import call_module
 
-from stablehlo_ir.dtypes import to_numpy
-from stablehlo_ir.specs import TensorSpec
+from torch_stablehlo.stablehlo_ir.dtypes import to_numpy
+from torch_stablehlo.stablehlo_ir.specs import TensorSpec
 
 from .folders import staged_folder
 from .versions import DEFAULT_TARGET

@@ -12,11 +12,11 @@ import torch.utils._pytree as pytree
 from torch.export.graph_signature import InputKind, OutputKind
 from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
-from aten_lowerings import RNG_SEED_DTYPE, RNG_SEED_NAME, uses_random
-from stablehlo_ir.dtypes import uncarried
-from stablehlo_ir.sharding import Spec, normalize_spec, num_devices, spec_text
-from stablehlo_ir.specs import TensorSpec, dtype_name
-from runtime.validation import InputError
+from torch_stablehlo.aten_lowerings import RNG_SEED_DTYPE, RNG_SEED_NAME, uses_random
+from torch_stablehlo.stablehlo_ir.dtypes import uncarried
+from torch_stablehlo.stablehlo_ir.sharding import Spec, normalize_spec, num_devices, spec_text
+from torch_stablehlo.stablehlo_ir.specs import TensorSpec, dtype_name
+from torch_stablehlo.runtime.validation import InputError
 
 from . import symbolic_dims
 

@@ -17,7 +17,7 @@ from typing import Sequence
 import sympy
 import torch
 
-from stablehlo_ir.specs import TensorSpec
+from torch_stablehlo.stablehlo_ir.specs import TensorSpec
 
 from .errors import DimensionError
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from jaxlib.mlir import ir
 
-from stablehlo_ir.mlir_context import make_context
-from stablehlo_ir.passes import portable_artifact, prepare_for_xla, run_pipeline
+from torch_stablehlo.stablehlo_ir.mlir_context import make_context
+from torch_stablehlo.stablehlo_ir.passes import portable_artifact, prepare_for_xla, run_pipeline
 
 from .signature import Signature
 from .versions import resolve_target_version

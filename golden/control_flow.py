@@ -6,7 +6,7 @@ import torch
 from torch import nn
 from torch._higher_order_ops.scan import scan
 
-from exporter import scan_layers
+from torch_stablehlo.exporter import scan_layers
 
 from .quantized import TransformerBlock
 from .zoo import DYNAMIC, Built, batch_variant, example_generator, register, seeded_model

@@ -1,6 +1,6 @@
 """``make demo``: GPT-2 (12 layers, random weights) to StableHLO and back, checked against its golden.
 
-    python -m golden.demo [--out DIR]
+    python -m torch_stablehlo.golden.demo [--out DIR]
 
 Exports the ``gpt2_12layer`` zoo model, saves the artifact (to ``--out``, else a
 temporary folder), loads it back, runs it on jaxlib's CPU PJRT client and compares
@@ -14,7 +14,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from runtime.logs import quiet_third_party_logs
+from torch_stablehlo.runtime.logs import quiet_third_party_logs
 
 from . import store, zoo
 from .verify import render, verify_one
@@ -27,7 +27,7 @@ def _size(path: Path) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m golden.demo", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m torch_stablehlo.golden.demo", description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, help="save the artifact to this folder, kept (default: a temporary one); "
                                                  "an existing folder is replaced only if it holds an artifact")
     parser.add_argument("--traceback", action="store_true", help="print the traceback of an error")

@@ -1,7 +1,7 @@
 """Dynamic zoo variants: each model exported once with symbolic batch (and sequence) dims, run at several sizes.
 
-    python -m golden.dynamic                   # every model with a dynamic variant (zoo.DYNAMIC)
-    python -m golden.dynamic --only mlp bert   # some of them
+    python -m torch_stablehlo.golden.dynamic                   # every model with a dynamic variant (zoo.DYNAMIC)
+    python -m torch_stablehlo.golden.dynamic --only mlp bert   # some of them
 
 For each model: build it at the variant's example size, ``torch.export.export`` it with the variant's
 ``Dim``s, convert once, then for every size of the variant build the inputs at that size (same seeded
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
-from exporter import export_to_stablehlo
+from torch_stablehlo.exporter import export_to_stablehlo
 
 from . import store, zoo
 
@@ -96,7 +96,7 @@ def verify_variant(name: str, *, report=None) -> list[SizeResult]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m golden.dynamic", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m torch_stablehlo.golden.dynamic", description=__doc__.splitlines()[0])
     parser.add_argument("--only", nargs="+", action="extend", metavar="NAME", choices=list(zoo.DYNAMIC),
                         help="check only these models")
     options = parser.parse_args(argv)

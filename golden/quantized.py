@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from quantize.schemes import DEQUANTIZE
+from torch_stablehlo.quantize.schemes import DEQUANTIZE
 
 from .zoo import CNN, MLP, SEED, Built, example_generator, randomize_batchnorm, register, seeded_model
 

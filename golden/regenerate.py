@@ -1,7 +1,7 @@
 """Run each zoo model in eager torch and store its inputs and outputs in ``golden/data``.
 
-    python -m golden.regenerate                 # every model
-    python -m golden.regenerate --only cnn bert # some of them (others stay as they are)
+    python -m torch_stablehlo.golden.regenerate                 # every model
+    python -m torch_stablehlo.golden.regenerate --only cnn bert # some of them (others stay as they are)
 
 Only torch (and transformers) is needed; nothing is exported here. Weights are not
 stored: they come from the seed, and the manifest keeps their sha256 so a later
@@ -64,7 +64,7 @@ def regenerate(names: list[str] | None = None, data_dir: Path = store.DATA_DIR, 
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m golden.regenerate", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m torch_stablehlo.golden.regenerate", description=__doc__.splitlines()[0])
     parser.add_argument("--only", nargs="+", action="extend", metavar="NAME", choices=zoo.names(),
                         help="regenerate only these models")
     parser.add_argument("--data-dir", type=Path, default=store.DATA_DIR, help=argparse.SUPPRESS)

@@ -1,7 +1,7 @@
 """Prove the serving paths of zoo models against their stored goldens.
 
-    python -m golden.serving                    # every model
-    python -m golden.serving --only mlp bert    # some of them
+    python -m torch_stablehlo.golden.serving                    # every model
+    python -m torch_stablehlo.golden.serving --only mlp bert    # some of them
 
 Each model is exported once; its stored golden inputs then go through
 
@@ -30,7 +30,7 @@ import numpy as np
 import torch
 import torch.utils._pytree as pytree
 
-from exporter import export_to_stablehlo
+from torch_stablehlo.exporter import export_to_stablehlo
 
 from . import store, zoo
 from .run_bundles import BUNDLE, ERROR, INPUTS, OUTPUTS
@@ -96,7 +96,7 @@ def check_serving(names: list[str], root: Path) -> list[ServingResult]:
     outputs: dict[str, dict[str, list]] = {}
     comparing: dict[str, tuple] = {}
     output_names: dict[str, list[str]] = {}
-    bundles = _Job("bundle", _start(root / "bundles.log", sys.executable, "-m", "golden.run_bundles",
+    bundles = _Job("bundle", _start(root / "bundles.log", sys.executable, "-m", "torch_stablehlo.golden.run_bundles",
                                     stdin=subprocess.PIPE),
                    root / "bundles.log", lambda model: _bundle_outputs(root / model, output_names[model]),
                    list(names))
@@ -211,7 +211,7 @@ def render(results: list[ServingResult]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m golden.serving", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m torch_stablehlo.golden.serving", description=__doc__.splitlines()[0])
     parser.add_argument("--only", nargs="+", action="extend", metavar="NAME", choices=zoo.names(),
                         help="check only these models")
     options = parser.parse_args(argv)

@@ -124,7 +124,7 @@ def load_golden(name: str, data_dir: Path = DATA_DIR) -> Golden:
     path = golden_path(name, data_dir)
     if not path.is_file():
         raise FileNotFoundError(f"no stored golden for {name!r} at {path}; "
-                                f"create it with `python -m golden.regenerate --only {name}`")
+                                f"create it with `python -m torch_stablehlo.golden.regenerate --only {name}`")
     with safetensors.safe_open(str(path), framework="pt") as handle:
         metadata = json.loads((handle.metadata() or {}).get(METADATA_KEY, "{}"))
         tensors = {key: handle.get_tensor(key) for key in handle.keys()}

@@ -1,7 +1,7 @@
 """Prove zoo models end to end against their stored goldens.
 
-    python -m golden.verify                    # every model
-    python -m golden.verify --only mlp cnn     # some of them
+    python -m torch_stablehlo.golden.verify                    # every model
+    python -m torch_stablehlo.golden.verify --only mlp cnn     # some of them
 
 For each model: build it, ``torch.export.export`` it (timed on its own), convert the
 ExportedProgram with ``export_to_stablehlo`` (the conversion time), save the artifact,
@@ -22,8 +22,8 @@ from pathlib import Path
 
 import torch
 
-from exporter import export_to_stablehlo, load_artifact
-from stablehlo_ir.op_counts import count_ops
+from torch_stablehlo.exporter import export_to_stablehlo, load_artifact
+from torch_stablehlo.stablehlo_ir.op_counts import count_ops
 
 from . import store, zoo
 
@@ -210,7 +210,7 @@ def render(results: list[Result], *, title: str = "golden models: StableHLO on P
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m golden.verify", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m torch_stablehlo.golden.verify", description=__doc__.splitlines()[0])
     parser.add_argument("--only", nargs="+", action="extend", metavar="NAME", choices=zoo.names(),
                         help="verify only these models")
     parser.add_argument("--traceback", action="store_true", help="print the traceback of each ERROR")

@@ -261,7 +261,7 @@ def _vit(batch: int = 2, image_size: int = 32) -> Built:
 
 
 
-# -- dynamic variants: one export with symbolic dims, checked at several sizes (python -m golden.dynamic) ----------
+# -- dynamic variants: one export with symbolic dims, checked at several sizes (python -m torch_stablehlo.golden.dynamic) ----------
 
 @dataclass(frozen=True)
 class DynamicVariant:

@@ -19,9 +19,9 @@ from dataclasses import dataclass
 
 from jaxlib.mlir import ir
 
-from stablehlo_ir.mlir_context import make_context
-from stablehlo_ir.op_counts import count_ops
-from stablehlo_ir.refine import main_function
+from torch_stablehlo.stablehlo_ir.mlir_context import make_context
+from torch_stablehlo.stablehlo_ir.op_counts import count_ops
+from torch_stablehlo.stablehlo_ir.refine import main_function
 
 ENVIRONMENT = "TORCH_STABLEHLO_DEBUG"
 STORM_SIGNATURES = 4

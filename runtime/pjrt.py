@@ -17,8 +17,8 @@ import numpy as np
 from jax.extend.backend import get_backend
 from jaxlib import _jax
 
-from stablehlo_ir.passes import prepare_for_xla
-from stablehlo_ir.refine import refine_shapes, shapes_key
+from torch_stablehlo.stablehlo_ir.passes import prepare_for_xla
+from torch_stablehlo.stablehlo_ir.refine import refine_shapes, shapes_key
 
 from . import spmd
 from .analysis import ANALYSIS

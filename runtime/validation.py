@@ -5,7 +5,7 @@ from typing import Sequence
 
 import torch
 
-from stablehlo_ir.specs import TensorSpec
+from torch_stablehlo.stablehlo_ir.specs import TensorSpec
 
 
 class InputError(ValueError):

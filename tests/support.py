@@ -7,10 +7,10 @@ import re
 import torch
 from jaxlib.mlir import ir
 
-from aten_lowerings.mlir_types import mlir_shape
-from aten_lowerings.registry import lowering_for
-from exporter import export_to_stablehlo
-from stablehlo_ir.mlir_context import make_context
+from torch_stablehlo.aten_lowerings.mlir_types import mlir_shape
+from torch_stablehlo.aten_lowerings.registry import lowering_for
+from torch_stablehlo.exporter import export_to_stablehlo
+from torch_stablehlo.stablehlo_ir.mlir_context import make_context
 
 FLOATS = [torch.float32, torch.float16, torch.bfloat16]
 INTS = [torch.int32, torch.int64]

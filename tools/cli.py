@@ -1,4 +1,4 @@
-"""``torch-stablehlo`` (also ``python -m tools``): export, run, verify, inspect, coverage, explore, iree.
+"""``torch-stablehlo`` (also ``python -m torch_stablehlo``): export, run, verify, inspect, coverage, explore, iree.
 
 Every command exits 0 when it succeeds. On failure it prints one line saying why on
 stderr and exits 1 (``--traceback`` prints the traceback too); usage errors exit 2.
@@ -19,14 +19,14 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from exporter import export_to_stablehlo, find_divergence, load_artifact
-from exporter.bundle import DEFAULT_SHARD_BYTES
-from exporter.inspection import bundle_report, format_report, human_size
-from exporter.iree import TARGET, compile_for_iree, parse_sizes
-from exporter.npz import run_npz
-from exporter.versions import DEFAULT_TARGET, TARGET_CHOICES
-from golden import store, zoo
-from runtime.logs import quiet_third_party_logs
+from torch_stablehlo.exporter import export_to_stablehlo, find_divergence, load_artifact
+from torch_stablehlo.exporter.bundle import DEFAULT_SHARD_BYTES
+from torch_stablehlo.exporter.inspection import bundle_report, format_report, human_size
+from torch_stablehlo.exporter.iree import TARGET, compile_for_iree, parse_sizes
+from torch_stablehlo.exporter.npz import run_npz
+from torch_stablehlo.exporter.versions import DEFAULT_TARGET, TARGET_CHOICES
+from torch_stablehlo.golden import store, zoo
+from torch_stablehlo.runtime.logs import quiet_third_party_logs
 
 from .coverage import write_report
 

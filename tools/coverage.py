@@ -18,8 +18,8 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from aten_lowerings import lowering_for, op_name
-from quantize import quantized_lowerings
+from torch_stablehlo.aten_lowerings import lowering_for, op_name
+from torch_stablehlo.quantize import quantized_lowerings
 
 from .opinfo_sweep import COUNTED, DTYPES, STATUS, dtype_name, opinfos, sweep_op
 
@@ -268,7 +268,7 @@ def _families(ops: set[str]) -> dict[str, str]:
         namespace, packet, overload = name.split(".")
         op = getattr(getattr(getattr(torch.ops, namespace), packet, None), overload, None)
         rule = lowering_for(op) if op is not None else None
-        if rule is not None and rule.__module__.startswith("aten_lowerings."):
+        if rule is not None and rule.__module__.startswith("torch_stablehlo.aten_lowerings."):
             families[name] = rule.__module__
     return families
 

@@ -16,8 +16,8 @@ from jaxlib.mlir import ir
 from model_explorer import visualize
 from model_explorer.node_data_builder import GraphNodeData, ModelNodeData, NodeDataResult
 
-from stablehlo_ir.mlir_context import make_context
-from stablehlo_ir.refine import main_function
+from torch_stablehlo.stablehlo_ir.mlir_context import make_context
+from torch_stablehlo.stablehlo_ir.refine import main_function
 
 GRAPH = "main"
 HOST = "127.0.0.1"

@@ -27,7 +27,7 @@ from functools import lru_cache
 import torch
 import torch.utils._pytree as pytree
 
-from exporter import UnsupportedOpsError, export_to_stablehlo
+from torch_stablehlo.exporter import UnsupportedOpsError, export_to_stablehlo
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.int32, torch.int64, torch.bool)
 MAX_SAMPLES = 4

@@ -16,8 +16,8 @@ from torch._higher_order_ops.scan import scan
 from torch._higher_order_ops.while_loop import while_loop
 from torch.export import Dim
 
-from exporter import LoweringError, UnsupportedOpsError, export_to_stablehlo, load_artifact
-from tools.cli import main as cli
+from torch_stablehlo.exporter import LoweringError, UnsupportedOpsError, export_to_stablehlo, load_artifact
+from torch_stablehlo.tools.cli import main as cli
 
 
 class Gate(nn.Module):

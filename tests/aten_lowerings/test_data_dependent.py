@@ -7,8 +7,8 @@ import pytest
 import torch
 from torch.export import Dim
 
-from exporter import export_to_stablehlo
-from exporter.errors import LoweringError
+from torch_stablehlo.exporter import export_to_stablehlo
+from torch_stablehlo.exporter.errors import LoweringError
 from tests.support import FLOATS, INTS, assert_lowers, assert_matches_eager, make
 
 aten = torch.ops.aten
@@ -132,7 +132,7 @@ class _Function(torch.nn.Module):
 
 
 def test_saved_bundle_keeps_the_sizes(tmp_path):
-    from exporter import load_artifact
+    from torch_stablehlo.exporter import load_artifact
 
     x = sparse((3, 4), torch.float32)
     artifact = assert_matches_eager(lambda x: (torch.unique(x, return_counts=True), torch.nonzero(x)), x)

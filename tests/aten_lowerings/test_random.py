@@ -9,7 +9,7 @@ import math
 import pytest
 import torch
 
-from exporter import LoweringError, export_to_stablehlo, load_artifact
+from torch_stablehlo.exporter import LoweringError, export_to_stablehlo, load_artifact
 from tests.support import FunctionModule, assert_matches_eager, make
 
 aten = torch.ops.aten

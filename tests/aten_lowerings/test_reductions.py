@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from exporter import export_to_stablehlo
+from torch_stablehlo.exporter import export_to_stablehlo
 from tests.support import (FLOATS, INTS, assert_lowers_with_symbolic_batch, assert_table_lowers,
                            export_with_symbolic_batch, make)
 

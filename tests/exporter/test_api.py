@@ -11,7 +11,7 @@ import torch
 from safetensors import safe_open
 from transformers import GPT2Config, GPT2LMHeadModel
 
-from exporter import export_to_stablehlo, load_artifact
+from torch_stablehlo.exporter import export_to_stablehlo, load_artifact
 from tests.exporter.models import Counter
 from tests.support import assert_matches_eager
 
@@ -131,7 +131,7 @@ def test_loaded_in_a_fresh_process_returns_the_models_own_output_type(tmp_path):
     torch.save({"tokens": tokens, "logits": model(tokens).logits.detach()}, tmp_path / "io.pt")
     script = (
         "import sys, torch\n"
-        "from exporter import load_artifact\n"
+        "from torch_stablehlo.exporter import load_artifact\n"
         f"io = torch.load({str(tmp_path / 'io.pt')!r})\n"
         f"out = load_artifact({str(bundle)!r})(io['tokens'])\n"
         "assert 'transformers' not in sys.modules or type(out).__name__ == 'CausalLMOutputWithCrossAttentions'\n"

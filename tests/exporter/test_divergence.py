@@ -8,11 +8,11 @@ import torch
 import torch.nn.functional as F
 from jaxlib.mlir.dialects import stablehlo
 
-from aten_lowerings.helpers import full_like
-from aten_lowerings.registry import LOWERINGS, lowering_for
-from exporter import export_to_stablehlo, find_divergence
-from golden import zoo
-from golden.quantized import pt2e_quantize
+from torch_stablehlo.aten_lowerings.helpers import full_like
+from torch_stablehlo.aten_lowerings.registry import LOWERINGS, lowering_for
+from torch_stablehlo.exporter import export_to_stablehlo, find_divergence
+from torch_stablehlo.golden import zoo
+from torch_stablehlo.golden.quantized import pt2e_quantize
 
 aten = torch.ops.aten
 THIS_FILE = Path(__file__)

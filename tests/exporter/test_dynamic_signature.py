@@ -7,13 +7,13 @@ import torch
 import torch.nn.functional as F
 from torch.export import Dim
 
-from exporter import export_to_stablehlo, load_artifact
-from exporter.errors import DimensionError
-from exporter.signature import Signature, signature_of
-from exporter.symbolic_dims import check_dims, parse_dim, rename_dim
-from stablehlo_ir.passes import portable_artifact
-from stablehlo_ir.refine import ShapeRefinementError, refine_shapes
-from stablehlo_ir.specs import TensorSpec
+from torch_stablehlo.exporter import export_to_stablehlo, load_artifact
+from torch_stablehlo.exporter.errors import DimensionError
+from torch_stablehlo.exporter.signature import Signature, signature_of
+from torch_stablehlo.exporter.symbolic_dims import check_dims, parse_dim, rename_dim
+from torch_stablehlo.stablehlo_ir.passes import portable_artifact
+from torch_stablehlo.stablehlo_ir.refine import ShapeRefinementError, refine_shapes
+from torch_stablehlo.stablehlo_ir.specs import TensorSpec
 from tests.support import make
 
 

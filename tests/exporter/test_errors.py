@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 import torch
 
-from aten_lowerings.registry import LOWERINGS
-from exporter import InputError, UnsupportedOpsError, export_to_stablehlo
+from torch_stablehlo.aten_lowerings.registry import LOWERINGS
+from torch_stablehlo.exporter import InputError, UnsupportedOpsError, export_to_stablehlo
 from tests.support import assert_matches_eager
 
 

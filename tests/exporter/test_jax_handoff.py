@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from exporter import InputError, export_to_stablehlo
+from torch_stablehlo.exporter import InputError, export_to_stablehlo
 from tests.exporter.models import Counter, served_example
 
 

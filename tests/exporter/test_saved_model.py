@@ -9,7 +9,7 @@ import pytest
 import tensorflow as tf
 import torch
 
-from exporter import export_to_stablehlo
+from torch_stablehlo.exporter import export_to_stablehlo
 from tests.exporter.models import Counter, served_example
 
 SAVED_MODEL_CLI = Path(sys.executable).with_name("saved_model_cli")
@@ -78,7 +78,7 @@ def _xla_module_text(path) -> str:
     """The module inside the XlaCallModule op, as text."""
     from jaxlib.mlir.dialects import stablehlo
 
-    from stablehlo_ir.mlir_context import make_context
+    from torch_stablehlo.stablehlo_ir.mlir_context import make_context
 
     graph = tf.saved_model.load(str(path)).signatures["serving_default"].graph.as_graph_def()
     calls = [node for function in graph.library.function for node in function.node_def if node.op == "XlaCallModule"]

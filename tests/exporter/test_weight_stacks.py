@@ -2,8 +2,8 @@
 import torch
 from torch import nn
 
-from exporter import export_to_stablehlo
-from exporter.weight_stacks import fold_weight_stacks
+from torch_stablehlo.exporter import export_to_stablehlo
+from torch_stablehlo.exporter.weight_stacks import fold_weight_stacks
 
 
 class Stacked(nn.Module):

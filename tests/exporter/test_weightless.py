@@ -5,8 +5,8 @@ import pytest
 import safetensors.torch
 import torch
 
-from exporter import WeightsError, export_to_stablehlo, load_artifact
-from exporter.bundle import load_manifest
+from torch_stablehlo.exporter import WeightsError, export_to_stablehlo, load_artifact
+from torch_stablehlo.exporter.bundle import load_manifest
 
 from .models import Served, served_example
 

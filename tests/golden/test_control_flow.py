@@ -4,9 +4,9 @@ import pytest
 import torch
 from torch import nn
 
-from exporter import export_to_stablehlo, scan_layers
-from golden.control_flow import decoder
-from stablehlo_ir.op_counts import count_ops
+from torch_stablehlo.exporter import export_to_stablehlo, scan_layers
+from torch_stablehlo.golden.control_flow import decoder
+from torch_stablehlo.stablehlo_ir.op_counts import count_ops
 
 
 def test_scan_layers_matches_the_python_loop_in_eager():

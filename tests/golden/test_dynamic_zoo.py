@@ -2,7 +2,7 @@
 models, sequence) dim and run at every size of its variant, the min and max of each range included, against
 eager torch at the zoo's tolerance; and a saved dynamic bundle run in a new process at a size it never saw.
 
-``gpt2_12layer`` is left to ``python -m golden.dynamic`` (its export and four compiles take minutes on a
+``gpt2_12layer`` is left to ``python -m torch_stablehlo.golden.dynamic`` (its export and four compiles take minutes on a
 loaded 2-core machine); every other variant is checked here.
 """
 from __future__ import annotations
@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from golden import zoo
-from golden.control_flow import STATIC_ONLY
-from golden.dynamic import ERROR, check_size, export_variant
+from torch_stablehlo.golden import zoo
+from torch_stablehlo.golden.control_flow import STATIC_ONLY
+from torch_stablehlo.golden.dynamic import ERROR, check_size, export_variant
 
 ROOT = Path(__file__).resolve().parents[2]
 IN_RUNNER_ONLY = {"gpt2_12layer"}
@@ -71,8 +71,8 @@ def test_one_artifact_matches_eager_at_every_size(exported):
 
 LOAD_AND_RUN = """
 import sys, torch
-from exporter import load_artifact
-from golden import store
+from torch_stablehlo.exporter import load_artifact
+from torch_stablehlo.golden import store
 artifact = load_artifact(sys.argv[1])
 kwargs, expected = torch.load(sys.argv[2])
 comparison = store.compare([artifact(**kwargs)[0]], [expected], float(sys.argv[3]))

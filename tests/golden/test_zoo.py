@@ -11,22 +11,22 @@ import math
 import pytest
 import torch
 
-from golden import store, zoo
-from golden.regenerate import run_eager
-from golden.verify import ERROR, PASS, main, verify_one
-from stablehlo_ir.op_counts import count_ops
+from torch_stablehlo.golden import store, zoo
+from torch_stablehlo.golden.regenerate import run_eager
+from torch_stablehlo.golden.verify import ERROR, PASS, main, verify_one
+from torch_stablehlo.stablehlo_ir.op_counts import count_ops
 
 # eager vs eager on the same inputs: only thread-count / CPU-kernel differences are allowed
 EAGER_TOLERANCE = 1e-5
 
 MANIFEST = store.read_manifest()
-REGENERATE = "python -m golden.regenerate --only {name}"
+REGENERATE = "python -m torch_stablehlo.golden.regenerate --only {name}"
 
 
 def test_every_zoo_model_has_a_stored_golden():
     missing = [name for name in zoo.names()
                if name not in MANIFEST["models"] or not store.golden_path(name).is_file()]
-    assert not missing, f"no stored golden for {missing}; run `python -m golden.regenerate --only {' '.join(missing)}`"
+    assert not missing, f"no stored golden for {missing}; run `python -m torch_stablehlo.golden.regenerate --only {' '.join(missing)}`"
     stale = sorted(set(MANIFEST["models"]) - set(zoo.names()))
     assert not stale, f"manifest lists models that are no longer in the zoo: {stale}"
     assert MANIFEST["seed"] == zoo.SEED, "the zoo's seed changed since the goldens were made; regenerate them"

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import torch
 
-from exporter import compile_for_iree, export_to_stablehlo, iree_module
-from golden import dynamic, store, zoo
-from stablehlo_ir.op_counts import count_ops
+from torch_stablehlo.exporter import compile_for_iree, export_to_stablehlo, iree_module
+from torch_stablehlo.golden import dynamic, store, zoo
+from torch_stablehlo.stablehlo_ir.op_counts import count_ops
 
 STATIC = ["mlp", "cnn", "gpt2_2layer", "gpt2_2layer_eager", "gpt2_12layer", "llama", "bert", "vit", "cond_heads",
           "rnn_scan", "decoder_scan_layers"]
@@ -103,7 +103,7 @@ def test_sizes_must_name_every_symbolic_dim_in_range():
 
 
 def test_cli_compiles_a_bundle(tmp_path):
-    from tools.cli import main
+    from torch_stablehlo.tools.cli import main
 
     _, artifact = dynamic_case("mlp")
     bundle, vmfb = artifact.save(tmp_path / "mlp"), tmp_path / "mlp.vmfb"

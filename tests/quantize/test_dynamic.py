@@ -3,8 +3,8 @@ schemes stay quant types, including torchao weight-only int8."""
 import pytest
 import torch
 
-from exporter import export_to_stablehlo
-from golden.quantized import pt2e_quantize
+from torch_stablehlo.exporter import export_to_stablehlo
+from torch_stablehlo.golden.quantized import pt2e_quantize
 
 from .support import linear_conv_inputs, linear_conv_model, quant_op_lines, quantizer
 

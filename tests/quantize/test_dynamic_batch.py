@@ -10,8 +10,8 @@ import pytest
 import torch
 from torch.export import Dim
 
-from exporter import export_to_stablehlo
-from golden import zoo
+from torch_stablehlo.exporter import export_to_stablehlo
+from torch_stablehlo.golden import zoo
 
 from .support import steps_off
 

@@ -4,8 +4,8 @@ of each other. (``tests/golden`` runs the default, fused, form through ``golden.
 import pytest
 import torch
 
-from exporter import export_to_stablehlo, load_artifact
-from golden import store, zoo
+from torch_stablehlo.exporter import export_to_stablehlo, load_artifact
+from torch_stablehlo.golden import store, zoo
 
 from .support import assert_real_quant_ops, quant_op_lines, steps_off
 

@@ -3,15 +3,15 @@ schemes, and the list of ops with a quantized lowering."""
 import numpy as np
 import torch
 
-from aten_lowerings.registry import lowering_for
-from exporter import export_to_stablehlo
-from quantize import QuantScheme, quantized_lowerings
-from quantize.fusion import FUSIBLE
-from quantize.schemes import CHOOSE_QPARAMS, DEQUANTIZE, QUANTIZE
-from quantize.types import quant_element_type
-from runtime import pjrt
-from stablehlo_ir.mlir_context import make_context
-from stablehlo_ir.passes import prepare_for_xla
+from torch_stablehlo.aten_lowerings.registry import lowering_for
+from torch_stablehlo.exporter import export_to_stablehlo
+from torch_stablehlo.quantize import QuantScheme, quantized_lowerings
+from torch_stablehlo.quantize.fusion import FUSIBLE
+from torch_stablehlo.quantize.schemes import CHOOSE_QPARAMS, DEQUANTIZE, QUANTIZE
+from torch_stablehlo.quantize.types import quant_element_type
+from torch_stablehlo.runtime import pjrt
+from torch_stablehlo.stablehlo_ir.mlir_context import make_context
+from torch_stablehlo.stablehlo_ir.passes import prepare_for_xla
 
 from .support import quant_op_lines
 

@@ -3,8 +3,8 @@ scheme, before anything is lowered."""
 import pytest
 import torch
 
-from exporter import export_to_stablehlo
-from quantize import UnsupportedQuantizationError
+from torch_stablehlo.exporter import export_to_stablehlo
+from torch_stablehlo.quantize import UnsupportedQuantizationError
 
 qd = torch.ops.quantized_decomposed
 

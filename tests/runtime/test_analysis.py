@@ -12,13 +12,13 @@ import pytest
 import torch
 from torch.export import Dim
 
-from exporter import export_to_stablehlo
-from runtime import analysis
-from runtime.compile_cache import CompileCache
+from torch_stablehlo.exporter import export_to_stablehlo
+from torch_stablehlo.runtime import analysis
+from torch_stablehlo.runtime.compile_cache import CompileCache
 
 SCRIPT = """
 import torch
-from exporter import export_to_stablehlo
+from torch_stablehlo.exporter import export_to_stablehlo
 torch.manual_seed(0)
 model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh()).eval()
 export_to_stablehlo(model, (torch.randn(3, 8),))(torch.randn(3, 8))
@@ -31,7 +31,7 @@ def log(monkeypatch, tmp_path):
     monkeypatch.setenv("TORCH_STABLEHLO_CACHE_DIR", str(tmp_path / "cache"))
     stream = io.StringIO()
     monkeypatch.setattr(analysis, "ANALYSIS", analysis.Analysis(True, stream))
-    monkeypatch.setattr("runtime.pjrt.ANALYSIS", analysis.ANALYSIS)
+    monkeypatch.setattr("torch_stablehlo.runtime.pjrt.ANALYSIS", analysis.ANALYSIS)
     return stream
 
 

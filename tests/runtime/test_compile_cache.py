@@ -6,13 +6,13 @@ import sys
 
 import pytest
 
-from runtime.compile_cache import DIR_VARIABLE, CompileCache
+from torch_stablehlo.runtime.compile_cache import DIR_VARIABLE, CompileCache
 
 # exports the same small model in a fresh process, runs it, prints this process's compile counters
 SCRIPT = """
 import json, torch
-from exporter import export_to_stablehlo
-from runtime import pjrt
+from torch_stablehlo.exporter import export_to_stablehlo
+from torch_stablehlo.runtime import pjrt
 torch.manual_seed(0)
 model = torch.nn.Sequential(torch.nn.Linear(6, 5), torch.nn.Tanh()).eval()
 x = torch.randn(2, 6)
@@ -112,7 +112,7 @@ def test_off_disables_the_cache(monkeypatch):
 
 
 def test_cache_key_is_stable_and_covers_the_module():
-    from runtime import pjrt
+    from torch_stablehlo.runtime import pjrt
     cpu = pjrt.client("cpu")
     assert CompileCache.key("a" * 64, cpu) != CompileCache.key("b" * 64, cpu)
     assert CompileCache.key("a" * 64, cpu) == CompileCache.key("a" * 64, cpu)
@@ -121,7 +121,7 @@ def test_cache_key_is_stable_and_covers_the_module():
 def test_cache_key_covers_the_compile_options():
     from jaxlib import _jax
 
-    from runtime import pjrt
+    from torch_stablehlo.runtime import pjrt
     cpu = pjrt.client("cpu")
     default = CompileCache.key("a" * 64, cpu, pjrt.compile_options())
     assert default == CompileCache.key("a" * 64, cpu)  # None means the defaults

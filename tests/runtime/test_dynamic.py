@@ -11,9 +11,9 @@ import torch
 import torch.nn.functional as F
 from torch.export import Dim
 
-from exporter import export_to_stablehlo, load_artifact
-from exporter.errors import DimensionError
-from runtime.validation import InputError
+from torch_stablehlo.exporter import export_to_stablehlo, load_artifact
+from torch_stablehlo.exporter.errors import DimensionError
+from torch_stablehlo.runtime.validation import InputError
 from tests.support import make
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -165,7 +165,7 @@ def test_static_dims_of_a_dynamic_input_are_still_checked(block):
 
 LOAD_AND_RUN = """
 import sys, torch
-from exporter import load_artifact
+from torch_stablehlo.exporter import load_artifact
 artifact = load_artifact(sys.argv[1])
 inputs, expected = torch.load(sys.argv[2])
 torch.testing.assert_close(artifact(*inputs), expected)

@@ -3,8 +3,8 @@ import jax
 import pytest
 import torch
 
-from exporter import export_to_stablehlo
-from runtime import pjrt
+from torch_stablehlo.exporter import export_to_stablehlo
+from torch_stablehlo.runtime import pjrt
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int8, torch.int16,
           torch.int32, torch.int64, torch.uint8, torch.bool]

@@ -17,8 +17,8 @@ import torch
 from jax import export as jax_export
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
 
-from exporter import export_to_stablehlo, load_artifact, mark_sharding
-from golden.sharded_decoder import SHARDINGS, decoder_example
+from torch_stablehlo.exporter import export_to_stablehlo, load_artifact, mark_sharding
+from torch_stablehlo.golden.sharded_decoder import SHARDINGS, decoder_example
 
 TOLERANCE = dict(atol=2e-5, rtol=2e-5)
 COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute")

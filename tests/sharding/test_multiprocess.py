@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from exporter import export_to_stablehlo
-from golden.sharded_decoder import SHARDINGS, decoder_example
+from torch_stablehlo.exporter import export_to_stablehlo
+from torch_stablehlo.golden.sharded_decoder import SHARDINGS, decoder_example
 
 MESH = {"model": 4, "data": 2}  # process 0 has devices 0-3: model shards 0 and 1 of each split weight
 

@@ -6,11 +6,11 @@ import pytest
 import torch
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, SequenceParallel
 
-from exporter import ShardingError, export_to_stablehlo, load_artifact, mark_sharding, tensor_parallel_shardings
-from exporter.inspection import bundle_report, format_report
-from golden.sharded_decoder import SHARDINGS, decoder_example
-from runtime import pjrt
-from runtime.spmd import MeshError
+from torch_stablehlo.exporter import ShardingError, export_to_stablehlo, load_artifact, mark_sharding, tensor_parallel_shardings
+from torch_stablehlo.exporter.inspection import bundle_report, format_report
+from torch_stablehlo.golden.sharded_decoder import SHARDINGS, decoder_example
+from torch_stablehlo.runtime import pjrt
+from torch_stablehlo.runtime.spmd import MeshError
 from tests.sharding.spmd_checks import MLP
 
 MESH = {"data": 2, "model": 4}

@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 import torch
 
-from aten_lowerings.registry import LOWERINGS, lowering_for
-from exporter import export_to_stablehlo, load_artifact
-from exporter.bundle import load_manifest
-from tools.cli import main, parse_dynamic, parse_size
-from golden import store, zoo
+from torch_stablehlo.aten_lowerings.registry import LOWERINGS, lowering_for
+from torch_stablehlo.exporter import export_to_stablehlo, load_artifact
+from torch_stablehlo.exporter.bundle import load_manifest
+from torch_stablehlo.tools.cli import main, parse_dynamic, parse_size
+from torch_stablehlo.golden import store, zoo
 from tests.exporter.models import tiny_example
 
 CLI = Path(sys.executable).with_name("torch-stablehlo")
@@ -39,7 +39,7 @@ def build():
 
 
 def _cli(*args, cwd, module=False):
-    command = [sys.executable, "-m", "tools"] if module else [CLI]
+    command = [sys.executable, "-m", "torch_stablehlo"] if module else [CLI]
     result = subprocess.run([*command, *map(str, args)], cwd=cwd, capture_output=True, text=True, timeout=300)
     return result
 

@@ -1,6 +1,6 @@
 """The coverage report's section on higher-order ops (the rest is checked against the sweep in
 test_opinfo_sweep.py and through the command line in test_cli.py)."""
-from tools.coverage import higher_order_markdown, higher_order_ops
+from torch_stablehlo.tools.coverage import higher_order_markdown, higher_order_ops
 
 
 def test_higher_order_ops_name_their_lowering():

@@ -8,10 +8,10 @@ import torch
 from model_explorer import config as explorer_config
 from model_explorer.builtin_mlir_adapter import BuiltinMlirAdapter
 
-from aten_lowerings.registry import LOWERINGS, lowering_for
-from exporter import export_to_stablehlo, find_divergence
-from golden import zoo
-from tools.cli import main
+from torch_stablehlo.aten_lowerings.registry import LOWERINGS, lowering_for
+from torch_stablehlo.exporter import export_to_stablehlo, find_divergence
+from torch_stablehlo.golden import zoo
+from torch_stablehlo.tools.cli import main
 
 GELU = torch.ops.aten.gelu.default
 

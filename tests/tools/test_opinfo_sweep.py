@@ -34,11 +34,11 @@ from pathlib import Path
 
 import pytest
 
-from aten_lowerings.registry import lowering_for, op_name
-from tools.coverage import (committed_failures, core_aten_ops, letters, sample_targets, sweep_entry,
+from torch_stablehlo.aten_lowerings.registry import lowering_for, op_name
+from torch_stablehlo.tools.coverage import (committed_failures, core_aten_ops, letters, sample_targets, sweep_entry,
                             sweep_sample)
-from tools.opinfo_sweep import COUNTED, STATUS, opinfos
-from quantize import quantized_lowerings
+from torch_stablehlo.tools.opinfo_sweep import COUNTED, STATUS, opinfos
+from torch_stablehlo.quantize import quantized_lowerings
 
 REPORT = json.loads((Path(__file__).parents[2] / "docs" / "coverage.json").read_text())
 PASSED, FAILED = STATUS["passed"], STATUS["failed"]

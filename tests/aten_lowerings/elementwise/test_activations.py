@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from exporter import export_to_stablehlo
+from torch_stablehlo.exporter import export_to_stablehlo
 from tests.support import (FLOATS, assert_lowers, assert_lowers_with_symbolic_batch, assert_matches_eager,
                            assert_table_lowers, export_with_symbolic_batch, make)
 

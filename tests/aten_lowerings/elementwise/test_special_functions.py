@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from exporter import export_to_stablehlo
+from torch_stablehlo.exporter import export_to_stablehlo
 from tests.support import FLOATS, assert_lowers, assert_matches_eager, export_with_symbolic_batch, make
 
 aten = torch.ops.aten

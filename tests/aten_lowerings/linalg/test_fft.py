@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from exporter import export_to_stablehlo
-from exporter.errors import LoweringError
+from torch_stablehlo.exporter import export_to_stablehlo
+from torch_stablehlo.exporter.errors import LoweringError
 from tests.support import FunctionModule, assert_lowers, assert_matches_eager, export_with_symbolic_batch, make
 
 aten = torch.ops.aten

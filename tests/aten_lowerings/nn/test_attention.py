@@ -4,8 +4,8 @@ import torch
 import torch.nn.functional as F
 from jaxlib.mlir import ir
 
-from exporter import export_to_stablehlo
-from stablehlo_ir.mlir_context import make_context
+from torch_stablehlo.exporter import export_to_stablehlo
+from torch_stablehlo.stablehlo_ir.mlir_context import make_context
 from tests.support import FunctionModule, assert_matches_eager
 
 FLOAT_DTYPES = [torch.float32, torch.float16, torch.bfloat16]

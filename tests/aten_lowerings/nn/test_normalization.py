@@ -5,7 +5,7 @@ import pytest
 import torch
 from torch import nn
 
-from exporter import export_to_stablehlo
+from torch_stablehlo.exporter import export_to_stablehlo
 from tests.support import FLOATS, assert_matches_eager, randn
 
 aten = torch.ops.aten

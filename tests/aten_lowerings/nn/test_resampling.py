@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from exporter import export_to_stablehlo
+from torch_stablehlo.exporter import export_to_stablehlo
 from tests.support import FLOATS, FunctionModule, assert_lowers, assert_lowers_with_symbolic_batch, make
 
 aten = torch.ops.aten

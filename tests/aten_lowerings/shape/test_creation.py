@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from exporter import export_to_stablehlo
+from torch_stablehlo.exporter import export_to_stablehlo
 from tests.support import (FunctionModule, assert_lowers_with_symbolic_batch, assert_matches_eager,
                            assert_named_in_locations, assert_registered_and_exported, assert_table_lowers, make, table)
 

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from aten_lowerings.shape.indexing import index as index_rule
+from torch_stablehlo.aten_lowerings.shape.indexing import index as index_rule
 from tests.support import assert_lowers_with_symbolic_batch, assert_matches_eager, make
 
 aten = torch.ops.aten

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from exporter import export_to_stablehlo
+from torch_stablehlo.exporter import export_to_stablehlo
 from tests.support import (FunctionModule, assert_lowers, assert_lowers_with_symbolic_batch, assert_matches_eager,
                            assert_named_in_locations, make)
 

@@ -1,0 +1,6 @@
+"""``python -m torch_stablehlo``: the ``torch-stablehlo`` command line."""
+import sys
+
+from .tools.cli import main
+
+sys.exit(main())
