@@ -1,14 +1,13 @@
 """Public API: convert torch programs to StableHLO artifacts and load saved ones; ``scan_layers`` for deep stacks."""
 from .api import export_to_stablehlo
-from .artifact import StableHLOArtifact, load_artifact
+from .formats.artifact import StableHLOArtifact, load_artifact
 from .divergence import Divergence, find_divergence
-from .iree import compile_for_iree, iree_module
-from .errors import (BundleError, BundleVersionError, ExportError, LoweringError, ShardingError,
+from .formats.iree import compile_for_iree, iree_module
+from .errors import (BundleError, BundleVersionError, ExportError, InputError, LoweringError, ShardingError,
                      UnsupportedOpsError, WeightsError)
 from .scan_layers import scan_layers
-from .sharding import mark_sharding, tensor_parallel_shardings
+from .conversion.sharding import mark_sharding, tensor_parallel_shardings
 from torch_stablehlo.runtime.spmd import MeshError
-from torch_stablehlo.runtime.validation import InputError
 
 __all__ = ["export_to_stablehlo", "load_artifact", "StableHLOArtifact", "find_divergence", "Divergence",
            "scan_layers", "iree_module", "compile_for_iree", "mark_sharding", "tensor_parallel_shardings", "ExportError", "LoweringError",

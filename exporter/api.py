@@ -11,14 +11,14 @@ from torch_stablehlo.aten_lowerings import op_name
 from torch_stablehlo.quantize import lowering_graph, plain_quantized_weights, prepare_quantized
 from torch_stablehlo.stablehlo_ir.mlir_context import make_context
 
-from .artifact import StableHLOArtifact
+from .formats.artifact import StableHLOArtifact
 from .errors import UnsupportedOpsError
-from .graph_lowering import GraphLowering, unsupported_targets
-from .inplace import unfunctionalised_mutations
-from .locations import describe
-from .sharding import shard_signature
-from .signature import signature_of
-from .weight_stacks import fold_weight_stacks
+from .conversion.graph_lowering import GraphLowering, unsupported_targets
+from .conversion.inplace import unfunctionalised_mutations
+from .conversion.locations import describe
+from .conversion.sharding import shard_signature
+from .conversion.signature import signature_of
+from .conversion.weight_stacks import fold_weight_stacks
 
 
 def export_to_stablehlo(model, args=(), kwargs=None, *, dynamic_shapes=None, platform: str = "cpu",
@@ -33,7 +33,7 @@ def export_to_stablehlo(model, args=(), kwargs=None, *, dynamic_shapes=None, pla
 
     ``mesh`` (axis name -> size, e.g. ``{"data": 2, "model": 4}``) makes ``@main`` an SPMD program over that
     many devices; ``shardings`` maps input and weight names (``fnmatch`` patterns) to specs, one entry per dim:
-    a mesh axis, a tuple of axes, or None (see ``exporter.sharding``; a tensor-parallel plan works too).
+    a mesh axis, a tuple of axes, or None (see ``exporter.conversion.sharding``; a tensor-parallel plan works too).
     """
     program = convertible_program(model, args, kwargs, dynamic_shapes)
     signature = shard_signature(signature_of(program), mesh, shardings, program.graph_module)
@@ -64,7 +64,7 @@ def decompose_unsupported(program: ExportedProgram) -> ExportedProgram:
 
     ``run_decompositions`` re-traces the whole program (about 1 s for GPT-2), so
     it runs only when the graph has an op we cannot lower or a mutation the walk cannot functionalise
-    itself (``exporter.inplace``: one of a user input, parameter or buffer, or of an alias read later),
+    itself (``exporter.conversion.inplace``: one of a user input, parameter or buffer, or of an alias read later),
     again while a decomposition leaves new ops without a lowering; raises once,
     listing every op that has neither a lowering nor a decomposition.
     """

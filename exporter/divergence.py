@@ -25,10 +25,10 @@ from torch_stablehlo.quantize.schemes import QUANTIZE
 from torch_stablehlo.stablehlo_ir.mlir_context import make_context
 
 from .api import convertible_program, program_weights
-from .artifact import StableHLOArtifact
-from .graph_lowering import GraphLowering
-from .locations import module_path, source_line
-from .signature import Signature, signature_of
+from .formats.artifact import StableHLOArtifact
+from .conversion.graph_lowering import GraphLowering
+from .conversion.locations import module_path, source_line
+from .conversion.signature import Signature, signature_of
 
 CHUNK_SIZE = 512
 """Intermediates exposed per compiled module: memory holds at most this many besides the graph's own."""

@@ -1,7 +1,9 @@
 """Errors raised by the exporter, each saying what was wrong and what would be right."""
 from __future__ import annotations
 
-from torch_stablehlo.runtime.validation import InputError
+
+class InputError(ValueError):
+    """An input does not match the signature; the message names it and what was expected."""
 
 
 class ExportError(Exception):

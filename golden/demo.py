@@ -14,7 +14,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from torch_stablehlo.runtime.logs import quiet_third_party_logs
+from torch_stablehlo.exporter.terminal import quiet_third_party_logs
 
 from . import store, zoo
 from .verify import render, verify_one

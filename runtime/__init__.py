@@ -1,1 +1,1 @@
-"""PJRT runtime: the client (CPU by default), the in-memory and on-disk compile cache, input validation."""
+"""PJRT runtime: the client (CPU by default), the in-memory and on-disk compile cache."""

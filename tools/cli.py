@@ -20,13 +20,13 @@ import torch
 from tqdm import tqdm
 
 from torch_stablehlo.exporter import export_to_stablehlo, find_divergence, load_artifact
-from torch_stablehlo.exporter.bundle import DEFAULT_SHARD_BYTES
-from torch_stablehlo.exporter.inspection import bundle_report, format_report, human_size
-from torch_stablehlo.exporter.iree import TARGET, compile_for_iree, parse_sizes
-from torch_stablehlo.exporter.npz import run_npz
-from torch_stablehlo.exporter.versions import DEFAULT_TARGET, TARGET_CHOICES
+from torch_stablehlo.exporter.formats.bundle import DEFAULT_SHARD_BYTES
+from .inspection import bundle_report, format_report, human_size
+from torch_stablehlo.exporter.formats.iree import TARGET, compile_for_iree, parse_sizes
+from .npz import run_npz
+from torch_stablehlo.exporter.formats.versions import DEFAULT_TARGET, TARGET_CHOICES
 from torch_stablehlo.golden import store, zoo
-from torch_stablehlo.runtime.logs import quiet_third_party_logs
+from torch_stablehlo.exporter.terminal import quiet_third_party_logs
 
 from .coverage import write_report
 

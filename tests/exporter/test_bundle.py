@@ -11,8 +11,8 @@ import torch
 from jaxlib.mlir.dialects import stablehlo
 
 from torch_stablehlo.exporter import BundleError, BundleVersionError, export_to_stablehlo, load_artifact
-from torch_stablehlo.exporter.bundle import load_manifest
-from torch_stablehlo.exporter.versions import resolve_target_version
+from torch_stablehlo.exporter.formats.bundle import load_manifest
+from torch_stablehlo.exporter.formats.versions import resolve_target_version
 
 
 class Tower(torch.nn.Module):
@@ -208,7 +208,7 @@ def test_a_save_into_an_empty_folder_and_not_into_another_folder(tower, tmp_path
 
 STAGING_WRITER = """
 import sys, time
-from torch_stablehlo.exporter.folders import staged_folder
+from torch_stablehlo.exporter.formats.folders import staged_folder
 with staged_folder(sys.argv[1], "manifest.json", "an artifact folder") as staging:
     (staging / "weights.safetensors").write_bytes(bytes(1 << 20))
     print(staging, flush=True)

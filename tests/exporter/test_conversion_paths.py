@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from torch.export import ExportedProgram
 
 from torch_stablehlo.exporter import export_to_stablehlo
-from torch_stablehlo.exporter.inplace import functional_twin
+from torch_stablehlo.exporter.conversion.inplace import functional_twin
 from tests.support import FunctionModule, assert_matches_eager, make
 
 aten = torch.ops.aten

@@ -9,8 +9,8 @@ from torch.export import Dim
 
 from torch_stablehlo.exporter import export_to_stablehlo, load_artifact
 from torch_stablehlo.exporter.errors import DimensionError
-from torch_stablehlo.exporter.signature import Signature, signature_of
-from torch_stablehlo.exporter.symbolic_dims import check_dims, parse_dim, rename_dim
+from torch_stablehlo.exporter.conversion.signature import Signature, signature_of
+from torch_stablehlo.exporter.conversion.symbolic_dims import check_dims, parse_dim, rename_dim
 from torch_stablehlo.stablehlo_ir.passes import portable_artifact
 from torch_stablehlo.stablehlo_ir.refine import ShapeRefinementError, refine_shapes
 from torch_stablehlo.stablehlo_ir.specs import TensorSpec

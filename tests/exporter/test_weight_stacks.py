@@ -1,9 +1,9 @@
-"""Stacks of weights become one @main weight (``exporter.weight_stacks``), as ``scan_layers`` needs."""
+"""Stacks of weights become one @main weight (``exporter.conversion.weight_stacks``), as ``scan_layers`` needs."""
 import torch
 from torch import nn
 
 from torch_stablehlo.exporter import export_to_stablehlo
-from torch_stablehlo.exporter.weight_stacks import fold_weight_stacks
+from torch_stablehlo.exporter.conversion.weight_stacks import fold_weight_stacks
 
 
 class Stacked(nn.Module):

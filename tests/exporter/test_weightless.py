@@ -6,7 +6,7 @@ import safetensors.torch
 import torch
 
 from torch_stablehlo.exporter import WeightsError, export_to_stablehlo, load_artifact
-from torch_stablehlo.exporter.bundle import load_manifest
+from torch_stablehlo.exporter.formats.bundle import load_manifest
 
 from .models import Served, served_example
 

@@ -12,8 +12,7 @@ import torch.nn.functional as F
 from torch.export import Dim
 
 from torch_stablehlo.exporter import export_to_stablehlo, load_artifact
-from torch_stablehlo.exporter.errors import DimensionError
-from torch_stablehlo.runtime.validation import InputError
+from torch_stablehlo.exporter.errors import DimensionError, InputError
 from tests.support import make
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -13,7 +13,8 @@ jax.config.update("jax_num_cpu_devices", 4)
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from torch_stablehlo.exporter import bundle, load_artifact  # noqa: E402
+from torch_stablehlo.exporter import load_artifact
+from torch_stablehlo.exporter.formats import bundle  # noqa: E402
 
 
 def main(path: str, port: str, process_id: str, inputs: str, out: str) -> None:

@@ -7,7 +7,7 @@ import torch
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, SequenceParallel
 
 from torch_stablehlo.exporter import ShardingError, export_to_stablehlo, load_artifact, mark_sharding, tensor_parallel_shardings
-from torch_stablehlo.exporter.inspection import bundle_report, format_report
+from torch_stablehlo.tools.inspection import bundle_report, format_report
 from torch_stablehlo.golden.sharded_decoder import SHARDINGS, decoder_example
 from torch_stablehlo.runtime import pjrt
 from torch_stablehlo.runtime.spmd import MeshError

@@ -12,7 +12,7 @@ import torch
 
 from torch_stablehlo.aten_lowerings.registry import LOWERINGS, lowering_for
 from torch_stablehlo.exporter import export_to_stablehlo, load_artifact
-from torch_stablehlo.exporter.bundle import load_manifest
+from torch_stablehlo.exporter.formats.bundle import load_manifest
 from torch_stablehlo.tools.cli import main, parse_dynamic, parse_size
 from torch_stablehlo.golden import store, zoo
 from tests.exporter.models import tiny_example

@@ -303,8 +303,8 @@ def test_symbolic_batch_lowers_to_dynamic_ops(name):
 
 def test_atan2_out_lowers_like_atan2():
     """A graph holding atan2.out (export functionalises it away, other producers may not) computes atan2."""
-    from torch_stablehlo.exporter.graph_lowering import GraphLowering
-    from torch_stablehlo.exporter.signature import signature_of
+    from torch_stablehlo.exporter.conversion.graph_lowering import GraphLowering
+    from torch_stablehlo.exporter.conversion.signature import signature_of
     from torch_stablehlo.stablehlo_ir.mlir_context import make_context
 
     program = torch.export.export(FunctionModule(torch.atan2), (make((3, 4)), make((3, 4), seed=1)))

@@ -1,7 +1,7 @@
-"""Run saved bundles in this (fresh) process: the "load in a new process" leg of ``golden.serving``.
+"""Run saved bundles in this (fresh) process: the "load in a new process" leg of ``tools.serving``.
 
-    python -m torch_stablehlo.golden.run_bundles FOLDER [FOLDER ...]
-    python -m torch_stablehlo.golden.run_bundles < folders.txt      # one folder a line, each run as soon as it is read
+    python -m torch_stablehlo.tools.run_bundles FOLDER [FOLDER ...]
+    python -m torch_stablehlo.tools.run_bundles < folders.txt      # one folder a line, each run as soon as it is read
 
 Each FOLDER holds ``bundle/`` and ``inputs.npz`` (one array per tensor input, named as in
 the bundle's signature); this loads the bundle, runs it and writes ``bundle_outputs.npz``
@@ -15,7 +15,7 @@ import sys
 import traceback
 from pathlib import Path
 
-from torch_stablehlo.exporter.npz import run_npz
+from .npz import run_npz
 
 BUNDLE, INPUTS, OUTPUTS, ERROR = "bundle", "inputs.npz", "bundle_outputs.npz", "bundle_error.txt"
 

@@ -12,7 +12,7 @@ from jaxlib.mlir import ir
 from torch_stablehlo.stablehlo_ir.mlir_context import make_context
 from torch_stablehlo.stablehlo_ir.passes import portable_artifact, prepare_for_xla, run_pipeline
 
-from .signature import Signature
+from ..conversion.signature import Signature
 from .versions import resolve_target_version
 
 CALLING_CONVENTION_VERSION = 9

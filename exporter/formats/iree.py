@@ -13,8 +13,8 @@ from typing import Sequence
 
 from torch_stablehlo.stablehlo_ir.refine import refine_shapes
 
-from .errors import DimensionError
-from .symbolic_dims import check_range, parse_dim
+from ..errors import DimensionError
+from ..conversion.symbolic_dims import check_range, parse_dim
 
 TARGET = "llvm-cpu"
 

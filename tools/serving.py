@@ -1,12 +1,12 @@
 """Prove the serving paths of zoo models against their stored goldens.
 
-    python -m torch_stablehlo.golden.serving                    # every model
-    python -m torch_stablehlo.golden.serving --only mlp bert    # some of them
+    python -m torch_stablehlo.tools.serving                    # every model
+    python -m torch_stablehlo.tools.serving --only mlp bert    # some of them
 
 Each model is exported once; its stored golden inputs then go through
 
 * ``pjrt``: the artifact in this process (the reference the others must equal);
-* ``bundle``: the saved bundle, loaded and run in a new process (``golden.run_bundles``);
+* ``bundle``: the saved bundle, loaded and run in a new process (``tools.run_bundles``);
 * ``tf``: the TF SavedModel, ``tf.saved_model.load(...).signatures["serving_default"]``;
 * ``saved_model_cli``: the same SavedModel through ``saved_model_cli run``;
 * ``jax``: the JAX handoff (``artifact.to_jax()``);
@@ -32,7 +32,7 @@ import torch.utils._pytree as pytree
 
 from torch_stablehlo.exporter import export_to_stablehlo
 
-from . import store, zoo
+from torch_stablehlo.golden import store, zoo
 from .run_bundles import BUNDLE, ERROR, INPUTS, OUTPUTS
 
 PATHS = ("pjrt", "bundle", "tf", "saved_model_cli", "jax")
@@ -96,7 +96,7 @@ def check_serving(names: list[str], root: Path) -> list[ServingResult]:
     outputs: dict[str, dict[str, list]] = {}
     comparing: dict[str, tuple] = {}
     output_names: dict[str, list[str]] = {}
-    bundles = _Job("bundle", _start(root / "bundles.log", sys.executable, "-m", "torch_stablehlo.golden.run_bundles",
+    bundles = _Job("bundle", _start(root / "bundles.log", sys.executable, "-m", "torch_stablehlo.tools.run_bundles",
                                     stdin=subprocess.PIPE),
                    root / "bundles.log", lambda model: _bundle_outputs(root / model, output_names[model]),
                    list(names))
@@ -211,7 +211,7 @@ def render(results: list[ServingResult]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m torch_stablehlo.golden.serving", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m torch_stablehlo.tools.serving", description=__doc__.splitlines()[0])
     parser.add_argument("--only", nargs="+", action="extend", metavar="NAME", choices=zoo.names(),
                         help="check only these models")
     options = parser.parse_args(argv)

@@ -9,7 +9,7 @@ import torch
 
 from torch_stablehlo.stablehlo_ir.dtypes import to_numpy, to_torch
 
-from .artifact import load_artifact
+from torch_stablehlo.exporter.formats.artifact import load_artifact
 
 
 def run_npz(bundle: str | os.PathLike, inputs: str | os.PathLike, output: str | os.PathLike) -> dict[str, np.ndarray]:

@@ -19,7 +19,7 @@ import torch
 
 from torch_stablehlo.stablehlo_ir.specs import TensorSpec
 
-from .errors import DimensionError
+from ..errors import DimensionError
 
 _NAME = re.compile(r"[A-Za-z_]\w*(?!\w|\s*\()")  # identifiers, not function names
 

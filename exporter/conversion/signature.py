@@ -5,6 +5,7 @@ import dataclasses
 import importlib
 import re
 from dataclasses import dataclass, field
+from typing import Sequence
 
 import sympy
 import torch
@@ -16,8 +17,8 @@ from torch_stablehlo.aten_lowerings import RNG_SEED_DTYPE, RNG_SEED_NAME, uses_r
 from torch_stablehlo.stablehlo_ir.dtypes import uncarried
 from torch_stablehlo.stablehlo_ir.sharding import Spec, normalize_spec, num_devices, spec_text
 from torch_stablehlo.stablehlo_ir.specs import TensorSpec, dtype_name
-from torch_stablehlo.runtime.validation import InputError
 
+from ..errors import InputError
 from . import symbolic_dims
 
 WEIGHT_KINDS = ("parameter", "buffer", "constant")
@@ -362,3 +363,24 @@ def _load_treespec(serialized: str) -> pytree.TreeSpec:
 
 def _plain(value):
     return value if isinstance(value, (int, float, bool, str, type(None))) else repr(value)
+
+
+def validate_inputs(specs: Sequence[TensorSpec], values: Sequence) -> None:
+    if len(values) != len(specs):
+        names = ", ".join(s.name for s in specs)
+        raise InputError(f"expected {len(specs)} tensor input(s) ({names}), got {len(values)}")
+    for spec, value in zip(specs, values):
+        if not isinstance(value, torch.Tensor):
+            raise InputError(f"input '{spec.name}': expected a torch.Tensor of dtype {spec.dtype} "
+                             f"and shape {_shape_text(spec.shape)}, got {type(value).__name__}")
+        if value.dtype != spec.torch_dtype:
+            raise InputError(f"input '{spec.name}': expected dtype {spec.dtype}, got "
+                             f"{str(value.dtype).removeprefix('torch.')}")
+        if value.dim() != len(spec.shape) or any(
+                isinstance(want, int) and want != got for want, got in zip(spec.shape, value.shape)):
+            raise InputError(f"input '{spec.name}': expected shape {_shape_text(spec.shape)}, "
+                             f"got {list(value.shape)}")
+
+
+def _shape_text(shape) -> str:
+    return "[" + ", ".join(str(d) for d in shape) + "]"

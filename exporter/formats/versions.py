@@ -8,7 +8,7 @@ import jaxlib
 import torch
 from jaxlib.mlir.dialects import stablehlo
 
-from .errors import BundleVersionError
+from ..errors import BundleVersionError
 
 _WINDOWS = {"week4": stablehlo.StablehloCompatibilityRequirement.WEEK_4,
             "week12": stablehlo.StablehloCompatibilityRequirement.WEEK_12}

@@ -23,10 +23,10 @@ from torch_stablehlo.stablehlo_ir.refine import ShapeRefinementError, refine_sha
 from torch_stablehlo.stablehlo_ir.sharding import argument_attributes, declare_mesh, replicated_results
 from torch_stablehlo.stablehlo_ir.unused import erase_unused
 
-from .errors import LoweringError
+from ..errors import LoweringError
 from .inplace import functionalised
 from .locations import LocationCache, describe
-from .progress import progress
+from ..terminal import progress
 from .signature import InputSlot, Signature
 
 
@@ -113,7 +113,7 @@ class GraphLowering:
 
     def lower_graph(self, graph_module: torch.fx.GraphModule, inputs: Sequence) -> list:
         """Lower a graph given the values of its placeholders; returns its flat outputs. An in-place node that
-        ``exporter.inplace`` functionalises is lowered as its out-of-place twin, and the node it writes is rebound
+        ``exporter.conversion.inplace`` functionalises is lowered as its out-of-place twin, and the node it writes is rebound
         to the result."""
         env: dict[torch.fx.Node, object] = {}
         twins = self._twins if graph_module is self.graph_module else functionalised(graph_module)
@@ -220,7 +220,7 @@ def _refined(module: ir.Module, arg_types, context: ir.Context) -> ir.Module:
 
 def unsupported_targets(graph_module: torch.fx.GraphModule, state=None) -> dict:
     """Every call target (nested graphs included) without a lowering: target -> list of nodes. In-place nodes
-    the walk functionalises (``exporter.inplace``; ``state`` as there) count as their out-of-place twin."""
+    the walk functionalises (``exporter.conversion.inplace``; ``state`` as there) count as their out-of-place twin."""
     missing: dict[object, list[torch.fx.Node]] = {}
     twins = functionalised(graph_module, state)
     for node in graph_module.graph.nodes:

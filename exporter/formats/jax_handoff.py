@@ -22,7 +22,7 @@ from torch_stablehlo.runtime import pjrt, spmd
 from torch_stablehlo.stablehlo_ir.dtypes import to_numpy
 from torch_stablehlo.stablehlo_ir.specs import TensorSpec
 
-from .signature import Signature
+from ..conversion.signature import Signature
 from .versions import DEFAULT_TARGET
 from .weights import alias_map
 from .xla_module import CALLING_CONVENTION_VERSION, SHARDY_CALLING_CONVENTION_VERSION, xla_module_bytes

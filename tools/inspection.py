@@ -7,8 +7,8 @@ from pathlib import Path
 
 from torch_stablehlo.stablehlo_ir.op_counts import op_histogram
 
-from . import bundle
-from .signature import Signature
+from torch_stablehlo.exporter.formats import bundle
+from torch_stablehlo.exporter.conversion.signature import Signature
 
 VERSION_KEYS = ("format_version", "stablehlo_version", "stablehlo_target", "producer", "producer_version",
                 "torch_version", "jaxlib_version")

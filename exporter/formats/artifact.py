@@ -11,13 +11,12 @@ from pathlib import Path
 import torch
 
 from torch_stablehlo.runtime import pjrt
-from torch_stablehlo.runtime.validation import validate_inputs
 from torch_stablehlo.stablehlo_ir.dtypes import to_numpy, to_torch
 
 from . import bundle
-from .errors import WeightsError
+from ..errors import WeightsError
 from .jax_handoff import to_jax
-from .signature import Signature
+from ..conversion.signature import Signature, validate_inputs
 from .versions import DEFAULT_TARGET
 from .weights import alias_map, attach, missing_data
 
@@ -144,7 +143,7 @@ class StableHLOArtifact:
     # -- saving and handing off ----------------------------------------------------
     def save(self, path: str | os.PathLike, *, target_version: str = DEFAULT_TARGET,
              shard_size: int = bundle.DEFAULT_SHARD_BYTES, include_text: bool = True) -> Path:
-        """Write the bundle folder (see ``exporter.bundle``) atomically: a failure leaves nothing at ``path``.
+        """Write the bundle folder (see ``exporter.formats.bundle``) atomically: a failure leaves nothing at ``path``.
 
         ``target_version``: the StableHLO version to serialize at: ``week12`` (readable by
         consumers up to about 12 weeks old), ``week4``, ``current``, ``minimum`` or e.g. ``1.10.0``.

@@ -31,10 +31,10 @@ from torch_stablehlo.stablehlo_ir.passes import portable_artifact
 from torch_stablehlo.stablehlo_ir.dtypes import to_numpy
 from torch_stablehlo.stablehlo_ir.specs import DTYPES_BY_NAME, dtype_name
 
-from .errors import BundleError, BundleVersionError
+from ..errors import BundleError, BundleVersionError
 from .folders import staged_folder
-from .progress import progress
-from .signature import Signature
+from ..terminal import progress
+from ..conversion.signature import Signature
 from .versions import DEFAULT_TARGET, check_readable, producer_versions, resolve_target_version
 from .weights import alias_map, has_data, nbytes, placeholder
 

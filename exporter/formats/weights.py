@@ -13,7 +13,7 @@ import safetensors
 import torch
 from torch._subclasses.fake_tensor import FakeTensor
 
-from .errors import WeightsError
+from ..errors import WeightsError
 
 
 def has_data(tensor: torch.Tensor) -> bool:

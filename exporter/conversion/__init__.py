@@ -1,0 +1,2 @@
+"""Conversion: the one FX-graph walk, in-place functionalisation, weight stacks, the signature (the one owner of
+``@main``'s calling convention), symbolic dims, sharding and source locations."""
