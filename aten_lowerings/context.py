@@ -11,19 +11,21 @@ from .shape_values import SymbolicDims
 
 
 class LoweringContext:
-    """Per-node view for a rule: the node's metadata in and out, and shape values.
+    """Per-node view for a rule: the node's metadata in and out, shape values, and the program's device mesh.
 
     Rules read result shapes and dtypes from here (torch.export already knows
-    them) instead of re-deriving them from operands.
+    them) instead of re-deriving them from operands, and whether the program is
+    SPMD from ``mesh`` (the signature's, which the graph walker passes on).
     """
 
-    __slots__ = ("node", "dims", "_lower_graph", "_rng_key")
+    __slots__ = ("node", "dims", "mesh", "_lower_graph", "_rng_key")
 
     def __init__(self, node: torch.fx.Node, dims: SymbolicDims,
                  lower_graph: Callable[[torch.fx.GraphModule, Sequence], list],
-                 rng_key: Callable[[], ir.Value] | None = None):
+                 rng_key: Callable[[], ir.Value] | None = None, *, mesh: dict[str, int] | None):
         self.node = node
         self.dims = dims
+        self.mesh = mesh  # the device mesh (axis -> size) @main is partitioned over; None: one device
         self._lower_graph = lower_graph
         self._rng_key = rng_key
 

@@ -19,17 +19,17 @@ from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
-from .helpers import compare, constant, convert, full_like, is_static, reshape, value_type
-from .helpers import while_loop as emit_while
+from .constants import constant, full_like
+from .emit.elementwise import compare
+from .emit.loops import while_loop as emit_while
 from .mlir_types import mlir_shape, tensor_type
+from .promotion import SCALAR_DTYPES, convert
 from .registry import lower
 from .shape_values import I64, i64_scalar
+from .shapes import is_static, reshape
+from .values import value_type
 
 higher_order = torch.ops.higher_order
-
-# scalars (a loop's counter) are carried as 0-d tensors
-_SCALAR_DTYPES = {bool: torch.bool, int: torch.int64, float: torch.float64, torch.SymBool: torch.bool,
-                  torch.SymInt: torch.int64, torch.SymFloat: torch.float64}
 
 
 @lower(higher_order.cond)
@@ -143,7 +143,7 @@ def _predicate(ctx, pred) -> ir.Value:
 
 def _as_value(value) -> ir.Value:
     """A value as it is carried: a Python scalar (a loop counter) as a 0-d tensor."""
-    return constant(value, _SCALAR_DTYPES[type(value)]) if type(value) in _SCALAR_DTYPES else value
+    return constant(value, SCALAR_DTYPES[type(value)]) if type(value) in SCALAR_DTYPES else value
 
 
 def _carried(outputs, values, where: str) -> list:
@@ -161,7 +161,7 @@ def _result_types(ctx, op_name: str) -> list[ir.Type]:
     types = []
     for meta in ctx.out_meta:
         if not isinstance(meta, torch.Tensor):
-            types.append(tensor_type([], _SCALAR_DTYPES[type(meta)]))
+            types.append(tensor_type([], SCALAR_DTYPES[type(meta)]))
         elif free_unbacked_symbols(meta.shape):
             raise ValueError(f"{op_name} returns a tensor of data-dependent shape {list(meta.shape)} (its branches "
                              "or steps give different shapes); StableHLO's control flow needs one shape")

@@ -15,14 +15,17 @@ import torch
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
+from .constants import constant, full_like
+from .emit.elementwise import compare
 from .emit.index_plans import IndexPlan, gather_plan, scatter_plan
 from .emit.padded import data_dependent_result
-from .emit.reductions import scan
+from .emit.reductions import reduce, scan
 from .emit.slicing import slice_dim
 from .emit.sorting import sort_with_indices, true_first
-from .helpers import (broadcast_in_dim, broadcast_to, compare, constant, convert, dtype_of, full_like, iota, reduce,
-                      reshape)
+from .promotion import convert
 from .registry import lower
+from .shapes import broadcast_in_dim, broadcast_to, iota, reshape
+from .values import dtype_of
 
 aten = torch.ops.aten
 

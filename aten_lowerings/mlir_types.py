@@ -1,4 +1,6 @@
-"""The one place where torch dtypes meet MLIR types.
+"""The one place where torch dtypes meet MLIR types, both ways: ``element_type`` and ``torch_dtype`` read the one
+table, ``stablehlo_ir.dtypes.ELEMENT_TYPES`` (a carried dtype, complex32, is its carrier's type, and that type
+reads back as the carrier); and torch sizes as MLIR dims and tensor types.
 
 Every function here must be called inside an active ``ir.Context``.
 """
@@ -7,34 +9,35 @@ from __future__ import annotations
 import torch
 from jaxlib.mlir import ir
 
-_FLOAT_TYPES = {
-    torch.float32: ir.F32Type.get,
-    torch.float64: ir.F64Type.get,
-    torch.float16: ir.F16Type.get,
-    torch.bfloat16: ir.BF16Type.get,
-}
-_SIGNED_INT_BITS = {torch.int8: 8, torch.int16: 16, torch.int32: 32, torch.int64: 64}
-_UNSIGNED_INT_BITS = {torch.uint8: 8, torch.uint16: 16, torch.uint32: 32, torch.uint64: 64}
-_COMPLEX_PARTS = {torch.complex64: torch.float32, torch.complex128: torch.float64, torch.complex32: torch.float32}
-"""StableHLO has no complex type with float16 parts: complex32 is carried as complex64 whose parts hold float16
-values (``helpers.convert`` rounds them; the runtime casts at the boundary, ``stablehlo_ir.dtypes``)."""
+from torch_stablehlo.stablehlo_ir.dtypes import CARRIED, ELEMENT_TYPES
+
+_DTYPES_BY_TYPE = {text: dtype for dtype, text in ELEMENT_TYPES.items() if dtype not in CARRIED}
+_DTYPES_BY_FLOAT_CLASS: dict[type, torch.dtype] = {}
+"""The float types' classes (one type each: ``F32Type``, ...), learned on first read, so a float type is read
+again without printing it."""
 
 DYNAMIC = ir.ShapedType.get_dynamic_size()
 
 
 def element_type(dtype: torch.dtype) -> ir.Type:
     """MLIR element type for a torch dtype (signless ints, ``ui*`` for unsigned, ``i1`` for bool)."""
-    if dtype in _FLOAT_TYPES:
-        return _FLOAT_TYPES[dtype]()
-    if dtype in _SIGNED_INT_BITS:
-        return ir.IntegerType.get_signless(_SIGNED_INT_BITS[dtype])
-    if dtype in _UNSIGNED_INT_BITS:
-        return ir.IntegerType.get_unsigned(_UNSIGNED_INT_BITS[dtype])
-    if dtype == torch.bool:
-        return ir.IntegerType.get_signless(1)
-    if dtype in _COMPLEX_PARTS:
-        return ir.ComplexType.get(element_type(_COMPLEX_PARTS[dtype]))
-    raise TypeError(f"torch dtype {dtype} has no StableHLO element type")
+    text = ELEMENT_TYPES.get(dtype)
+    if text is None:
+        raise TypeError(f"torch dtype {dtype} has no StableHLO element type")
+    return ir.Type.parse(text)
+
+
+def torch_dtype(element: ir.Type) -> torch.dtype:
+    """The torch dtype of an MLIR element type (``element_type`` read backwards)."""
+    dtype = _DTYPES_BY_FLOAT_CLASS.get(type(element))  # the common case, without printing the type
+    if dtype is not None:
+        return dtype
+    dtype = _DTYPES_BY_TYPE.get(str(element))
+    if dtype is None:
+        raise TypeError(f"no torch dtype for MLIR element type {element}")
+    if isinstance(element, ir.FloatType) and type(element) is not ir.FloatType:
+        _DTYPES_BY_FLOAT_CLASS[type(element)] = dtype
+    return dtype
 
 
 def static_or_dynamic(dim) -> int:
@@ -54,4 +57,4 @@ def tensor_type(shape, dtype: torch.dtype) -> ir.RankedTensorType:
 
 
 def is_unsigned(dtype: torch.dtype) -> bool:
-    return dtype in _UNSIGNED_INT_BITS
+    return ELEMENT_TYPES.get(dtype, "").startswith("ui")

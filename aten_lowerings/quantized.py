@@ -16,11 +16,14 @@ from torch_stablehlo.quantize import fusion
 from torch_stablehlo.quantize.schemes import CHOOSE_QPARAMS, DEQUANTIZE, PER_CHANNEL, QUANTIZE, static_scheme
 from torch_stablehlo.quantize.types import accumulator_scheme, quant_tensor_type
 
+from .constants import constant, full_like
 from .emit.contraction import convolve, dot_general, per_dim, symmetric_padding
-from .helpers import (broadcast_in_dim, constant, convert, dtype_of, full_like, normalize_dim, rank, reduce, reshape,
-                      static_shape)
+from .emit.reductions import reduce
 from .mlir_types import element_type, mlir_shape
+from .promotion import convert
 from .registry import lower
+from .shapes import broadcast_in_dim, normalize_dim, reshape
+from .values import dtype_of, rank, static_shape
 
 F32 = torch.float32
 

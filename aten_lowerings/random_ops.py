@@ -12,13 +12,16 @@ import torch
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
+from .constants import full_like
+from .emit.elementwise import as_tensor, compare
 from .emit.random_bits import dropout_values, keep_mask, random_bits, uniform_values
-from .emit.reductions import scan
+from .emit.reductions import reduce, scan
 from .emit.slicing import slice_dim
 from .emit.sorting import sort_with_indices
-from .helpers import (as_tensor, broadcast_in_dim, compare, compute_dtype, convert, dtype_of, full_like, reduce,
-                      reshape)
+from .promotion import compute_dtype, convert
 from .registry import lower
+from .shapes import broadcast_in_dim, reshape
+from .values import dtype_of
 
 aten = torch.ops.aten
 

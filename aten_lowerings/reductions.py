@@ -15,12 +15,15 @@ import torch
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import chlo, stablehlo
 
+from .constants import constant, full_like
+from .emit.elementwise import as_tensor, compare
 from .emit.extremes import highest, is_nan, lowest, maximum, minimum
-from .emit.reductions import arg_extreme, arg_picker, p_norm, scan
-from .helpers import (as_tensor, broadcast_in_dim, compare, compute_dtype, constant, convert, dtype_of, full_like,
-                      iota, normalize_dim, normalize_dims, rank, reduce, reshape, round_to, static_shape, with_dtype)
+from .emit.reductions import arg_extreme, arg_picker, p_norm, reduce, scan
 from .mlir_types import DYNAMIC
+from .promotion import compute_dtype, convert, round_to
 from .registry import lower
+from .shapes import broadcast_in_dim, iota, normalize_dim, normalize_dims, reshape
+from .values import dtype_of, rank, static_shape, with_dtype
 
 aten = torch.ops.aten
 

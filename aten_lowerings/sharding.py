@@ -6,11 +6,9 @@ from __future__ import annotations
 import json
 
 import torch
-from jaxlib.mlir import ir
 
-from torch_stablehlo.stablehlo_ir.sharding import MESH_NAME, constrain, normalize_spec
+from torch_stablehlo.stablehlo_ir.sharding import constrain, normalize_spec
 
-from .helpers import enclosing_module
 from .registry import lower
 
 
@@ -45,6 +43,6 @@ def spec_of(node: torch.fx.Node):
 # Schema: torch_stablehlo::mark_sharding(Tensor x, str spec) -> Tensor
 @lower(torch.ops.torch_stablehlo.mark_sharding.default)
 def mark_sharding_rule(ctx, x, spec):
-    if MESH_NAME not in ir.SymbolTable(enclosing_module()):  # a single-device program
+    if not ctx.mesh:  # a single-device program
         return x
     return constrain(x, normalize_spec(json.loads(spec)))

@@ -14,13 +14,16 @@ import torch
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
+from .constants import constant, full_like
+from .emit.elementwise import as_tensor, compare
 from .emit.index_plans import IndexPlan, along_dim_plan, gather_plan, scatter_plan
-from .emit.reductions import arg_extreme, scan
+from .emit.reductions import arg_extreme, reduce, scan
 from .emit.slicing import slice_dim
 from .emit.sorting import sort_with_indices, true_first
-from .helpers import (as_tensor, broadcast_in_dim, broadcast_to, compare, constant, convert, dtype_of, full_like, iota,
-                      normalize_dim, promoted_dtype, rank, reduce, reshape)
+from .promotion import convert, promoted_dtype
 from .registry import lower
+from .shapes import broadcast_in_dim, broadcast_to, iota, normalize_dim, reshape
+from .values import dtype_of, rank
 
 aten = torch.ops.aten
 

@@ -1,5 +1,7 @@
-"""torch <-> numpy conversion for every dtype PJRT takes (bf16 through ml_dtypes); results in host memory
-(PJRT CPU) become torch tensors without a copy (DLPack)."""
+"""The dtypes a program's tensors may have: the StableHLO element type of each (the one table, read both ways by
+``aten_lowerings.mlir_types``, and by name in ``specs``), the ones carried in a wider type, and torch <-> numpy
+conversion for every dtype PJRT takes (bf16 through ml_dtypes); results in host memory (PJRT CPU) become torch
+tensors without a copy (DLPack)."""
 from __future__ import annotations
 
 import jax
@@ -10,6 +12,16 @@ import torch
 _BIT_VIEWS = {torch.bfloat16: (torch.int16, ml_dtypes.bfloat16)}
 CARRIED = {torch.complex32: torch.complex64}
 """dtypes without a PJRT type, carried in a wider one that holds their values exactly."""
+
+ELEMENT_TYPES = {
+    torch.float32: "f32", torch.float64: "f64", torch.float16: "f16", torch.bfloat16: "bf16", torch.bool: "i1",
+    torch.int8: "i8", torch.int16: "i16", torch.int32: "i32", torch.int64: "i64",
+    torch.uint8: "ui8", torch.uint16: "ui16", torch.uint32: "ui32", torch.uint64: "ui64",
+    torch.complex64: "complex<f32>", torch.complex128: "complex<f64>",
+}
+"""Each torch dtype and its StableHLO element type as MLIR writes it (signless ints, ``ui*`` for unsigned, ``i1``
+for bool); a carried dtype has its carrier's."""
+ELEMENT_TYPES.update({dtype: ELEMENT_TYPES[carrier] for dtype, carrier in CARRIED.items()})
 
 
 def to_numpy(tensor: torch.Tensor) -> np.ndarray:

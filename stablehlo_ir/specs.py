@@ -6,16 +6,17 @@ from typing import Union
 
 import torch
 
-Dim = Union[int, str]  # a static size, or the name of a symbolic dim ("s0", "2*s0")
+from .dtypes import ELEMENT_TYPES
 
-DTYPES_BY_NAME = {str(d).removeprefix("torch."): d for d in (
-    torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.bool,
-    torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8, torch.uint16,
-    torch.uint32, torch.uint64, torch.complex32, torch.complex64, torch.complex128)}
+Dim = Union[int, str]  # a static size, or the name of a symbolic dim ("s0", "2*s0")
 
 
 def dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
+
+
+DTYPES_BY_NAME = {dtype_name(d): d for d in ELEMENT_TYPES}
+"""Every dtype a spec may name (those with a StableHLO element type)."""
 
 
 @dataclass(frozen=True)

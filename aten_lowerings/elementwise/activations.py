@@ -10,12 +10,13 @@ import math
 import torch
 from jaxlib.mlir.dialects import chlo, stablehlo
 
-from ..emit.elementwise import scalar
+from ..emit.elementwise import compare, scalar
 from ..emit.extremes import maximum, minimum
 from ..emit.slicing import slice_dim
-from ..helpers import (broadcast_in_dim, broadcast_to, compare, compute_dtype, convert, dtype_of, normalize_dim,
-                       reshape, static_shape)
+from ..promotion import compute_dtype, convert
 from ..registry import lower
+from ..shapes import broadcast_in_dim, broadcast_to, normalize_dim, reshape
+from ..values import dtype_of, static_shape
 
 aten = torch.ops.aten
 

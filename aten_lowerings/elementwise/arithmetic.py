@@ -13,13 +13,16 @@ import math
 import torch
 from jaxlib.mlir.dialects import chlo, stablehlo
 
-from ..emit.elementwise import (elementwise_formula, elementwise_rule, float_bits, floor_quotient,
-                                register_elementwise, scalar, sign_differs, signbit_values)
+from ..constants import full_like
+from ..emit.elementwise import (as_tensor, compare, elementwise_formula, elementwise_operands, elementwise_rule,
+                                float_bits, floor_quotient, register_elementwise, scalar, sign_differs, signbit_values)
 from ..emit.extremes import fmax, fmin, is_nan, maximum, minimum
-from ..helpers import (as_tensor, compare, compute_dtype, convert, dtype_of, elementwise_operands, full_like,
-                       promoted_dtype, reduce, static_shape, value_type, while_loop)
+from ..emit.loops import while_loop
+from ..emit.reductions import reduce
 from ..mlir_types import is_unsigned
+from ..promotion import compute_dtype, convert, promoted_dtype
 from ..registry import lower
+from ..values import dtype_of, static_shape, value_type
 
 aten = torch.ops.aten
 

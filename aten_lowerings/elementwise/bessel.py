@@ -19,8 +19,8 @@ import math
 import torch
 from jaxlib.mlir.dialects import stablehlo
 
-from ..emit.elementwise import elementwise_formula, scalar
-from ..helpers import compare, convert
+from ..emit.elementwise import compare, elementwise_formula, scalar
+from ..promotion import convert
 
 aten = torch.ops.aten
 _F64 = torch.float64

@@ -12,9 +12,11 @@ from __future__ import annotations
 import torch
 from jaxlib.mlir.dialects import chlo, stablehlo
 
-from ..emit.elementwise import scalar
-from ..helpers import compare, elementwise_operands, reduce, static_shape, while_loop
+from ..emit.elementwise import compare, elementwise_operands, scalar
+from ..emit.loops import while_loop
+from ..emit.reductions import reduce
 from ..registry import lower
+from ..values import static_shape
 
 aten = torch.ops.aten
 add, sub, mul, div, select = stablehlo.add, stablehlo.subtract, stablehlo.multiply, stablehlo.divide, stablehlo.select

@@ -14,9 +14,11 @@ import sympy
 import torch
 from jaxlib.mlir.dialects import chlo, stablehlo
 
-from ..emit.elementwise import elementwise_formula, elementwise_rule, scalar, signbit_values
+from ..constants import full_like
+from ..emit.elementwise import compare, elementwise_formula, elementwise_rule, scalar, signbit_values
 from ..emit.jax_functions import call_jax
-from ..helpers import compare, full_like, reduce, while_loop
+from ..emit.loops import while_loop
+from ..emit.reductions import reduce
 from ..registry import lower
 
 aten = torch.ops.aten

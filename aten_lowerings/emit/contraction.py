@@ -6,8 +6,10 @@ import numpy as np
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
-from ..helpers import compute_dtype, convert, rank, reshape, static_shape
 from ..mlir_types import element_type
+from ..promotion import compute_dtype, convert
+from ..shapes import reshape
+from ..values import rank, static_shape
 
 
 def dot_general(result_type, lhs, rhs, lhs_batch, rhs_batch, lhs_contract, rhs_contract):

@@ -1,12 +1,43 @@
-"""Elementwise building blocks: rules from formulas (operands promoted and broadcast to the node's output,
-computed in its compute dtype, rounded once), number splats, Python's floor division, a float's bits and sign bit."""
+"""Elementwise building blocks: operands promoted and broadcast to a shape, rules from formulas (computed in the
+output's compute dtype, rounded once), compares, number splats, Python's floor division, a float's bits and sign
+bit."""
 from __future__ import annotations
 
 import torch
+from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
-from ..helpers import compare, compute_dtype, convert, dtype_of, elementwise_operands, full_like, with_dtype
+from ..constants import full_like
+from ..context import LoweringContext
+from ..mlir_types import is_unsigned
+from ..promotion import compute_dtype, convert, promoted_dtype
 from ..registry import lower
+from ..shapes import broadcast_to
+from ..values import dtype_of, with_dtype
+
+
+def compare(lhs: ir.Value, rhs: ir.Value, direction: str) -> ir.Value:
+    """``stablehlo.compare`` of two same-typed values; ``direction`` is EQ, NE, LT, LE, GT or GE."""
+    dtype = dtype_of(lhs)
+    kind = "FLOAT" if dtype.is_floating_point else \
+        "UNSIGNED" if dtype == torch.bool or is_unsigned(dtype) else "SIGNED"
+    return stablehlo.compare(lhs, rhs, stablehlo.ComparisonDirectionAttr.get(direction),
+                             compare_type=stablehlo.ComparisonTypeAttr.get(kind))
+
+
+def as_tensor(ctx: LoweringContext, operand, dtype: torch.dtype, sizes) -> ir.Value:
+    """An elementwise operand as a value of ``dtype`` broadcast to ``sizes`` (numbers become splats)."""
+    if isinstance(operand, ir.Value):
+        return broadcast_to(ctx, convert(operand, dtype), sizes)
+    return full_like(ctx, sizes, operand, dtype)
+
+
+def elementwise_operands(ctx: LoweringContext, *operands, dtype: torch.dtype | None = None) -> list[ir.Value]:
+    """Operands promoted (torch rules unless ``dtype`` is given) and broadcast to the node's output shape."""
+    if dtype is None:
+        dtype = promoted_dtype(*operands, metas=[ctx.arg_meta(i) if i < len(ctx.node.args) else None
+                                                  for i in range(len(operands))])
+    return [as_tensor(ctx, operand, dtype, ctx.out_shape) for operand in operands]
 
 
 def scalar(ctx, number, like):

@@ -7,7 +7,8 @@ import math
 import torch
 from jaxlib.mlir.dialects import stablehlo
 
-from ..helpers import compare, dtype_of
+from ..values import dtype_of
+from .elementwise import compare
 
 
 def lowest(dtype: torch.dtype):

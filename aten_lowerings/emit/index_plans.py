@@ -13,9 +13,12 @@ import torch
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
-from ..helpers import (broadcast_in_dim, broadcast_to, compare, convert, dtype_of, full_like, iota, is_static,
-                       producer, rank, reshape, value_type)
+from ..constants import full_like
 from ..mlir_types import tensor_type
+from ..promotion import convert
+from ..shapes import broadcast_in_dim, broadcast_to, iota, is_static, reshape
+from ..values import dtype_of, producer, rank, value_type
+from .elementwise import compare
 
 
 class IndexPlan(NamedTuple):

@@ -22,7 +22,7 @@ from jax import export as jax_export
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import func
 
-from ..helpers import dtype_of, enclosing_module, value_type
+from ..values import dtype_of, enclosing_module, value_type
 
 
 def call_jax(ctx, function: Callable, operands: Sequence[ir.Value], sizes: Sequence[Sequence] | None = None,

@@ -10,7 +10,7 @@ beside it (``PaddedDims.bind``):
   elementwise and layout ops; any other raises, naming the op);
 - as a value (``x.shape[0]``, the graph's SymInt arithmetic and asserts), ``u0`` is the true size;
 - a graph output with a ``u0`` dim is returned padded, ``u0`` as an extra result of ``@main``, and the
-  artifact slices it to that size (see ``exporter.signature.data_dependent_sizes``).
+  artifact slices it to that size (see ``exporter.conversion.signature.data_dependent_sizes``).
 
 The padding rows hold valid values (index 0 for nonzero's coordinates, elements of the input elsewhere), so
 an index taken from them stays in range.
@@ -22,8 +22,8 @@ import torch
 from jaxlib.mlir import ir
 from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
-from ..helpers import dim_size
 from ..shape_values import SymbolicDims
+from ..shapes import dim_size
 from .slicing import slice_dim
 
 aten = torch.ops.aten

@@ -11,8 +11,11 @@ import torch
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
-from ..helpers import compare, constant, convert, full_like, is_static
+from ..constants import constant, full_like
 from ..mlir_types import tensor_type
+from ..promotion import convert
+from ..shapes import is_static
+from .elementwise import compare
 
 aten = torch.ops.aten
 

@@ -1,17 +1,21 @@
-"""Reductions other families build on: reduce regions, inclusive scans as ``reduce_window``, (value, index)
-extremes with torch's NaN and tie rules, and p-norms."""
+"""Reductions other families build on: ``stablehlo.reduce`` with a binary op, reduce regions, inclusive scans as
+``reduce_window``, (value, index) extremes with torch's NaN and tie rules, and p-norms."""
 from __future__ import annotations
 
 import math
+from typing import Sequence
 
 import numpy as np
 import torch
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
-from ..helpers import (as_tensor, compare, constant, convert, dtype_of, full_like, iota, normalize_dim, rank, reduce,
-                       reshape, static_shape)
+from ..constants import constant, full_like
 from ..mlir_types import tensor_type
+from ..promotion import convert
+from ..shapes import iota, normalize_dim, reshape
+from ..values import dtype_of, rank, static_shape, value_type
+from .elementwise import as_tensor, compare
 from .extremes import highest, is_nan, lowest, maximum, minimum
 
 
@@ -20,6 +24,19 @@ def reduce_region(operation, scalar_types, body):
     block = operation.regions[0].blocks.append(*scalar_types)
     with ir.InsertionPoint(block):
         stablehlo.return_(body(*block.arguments))
+
+
+def reduce(ctx, value: ir.Value, dims: Sequence[int], init, op) -> ir.Value:
+    """``stablehlo.reduce`` of ``value`` over ``dims`` (removed from the result) with the binary ``op``
+    (e.g. ``stablehlo.add``) starting from the Python number ``init``."""
+    dims = sorted(dims)
+    element = value_type(value).element_type
+    shape = [d for i, d in enumerate(static_shape(value)) if i not in dims]
+    operation = stablehlo.ReduceOp([ir.RankedTensorType.get(shape, element)], [value],
+                                   [constant(init, dtype_of(value))], dims)
+    scalar = ir.RankedTensorType.get([], element)
+    reduce_region(operation, [scalar, scalar], lambda a, b: [op(a, b)])
+    return operation.result
 
 
 def scan(values, inits, dim: int, combine) -> list[ir.Value]:

@@ -9,8 +9,11 @@ import torch
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
-from ..helpers import compare, constant, dim_size, dtype_of, is_static, rank, static_shape
+from ..constants import constant
 from ..mlir_types import DYNAMIC, tensor_type
+from ..shapes import dim_size, is_static
+from ..values import dtype_of, rank, static_shape
+from .elementwise import compare
 
 # -- index arithmetic on ints, SymInts and 0-d i64 values ----------------------------
 

@@ -7,8 +7,11 @@ import torch
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
-from ..helpers import compare, constant, dtype_of, iota, normalize_dim, rank, value_type
+from ..constants import constant
 from ..mlir_types import tensor_type
+from ..shapes import iota, normalize_dim
+from ..values import dtype_of, rank, value_type
+from .elementwise import compare
 from .extremes import is_nan
 
 

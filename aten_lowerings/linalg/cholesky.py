@@ -4,8 +4,13 @@ from __future__ import annotations
 import torch
 from jaxlib.mlir.dialects import stablehlo
 
-from ..helpers import compare, compute_dtype, convert, dtype_of, full_like, iota, reduce
+from ..constants import full_like
+from ..emit.elementwise import compare
+from ..emit.reductions import reduce
+from ..promotion import compute_dtype, convert
 from ..registry import lower
+from ..shapes import iota
+from ..values import dtype_of
 
 aten = torch.ops.aten
 

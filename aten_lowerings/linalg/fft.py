@@ -14,10 +14,13 @@ import math
 import torch
 from jaxlib.mlir.dialects import stablehlo
 
+from ..constants import full_like
 from ..emit.slicing import slice_dim
-from ..helpers import broadcast_to, convert, dtype_of, full_like, normalize_dim, rank, reshape
 from ..mlir_types import tensor_type
+from ..promotion import convert
 from ..registry import lower
+from ..shapes import broadcast_to, normalize_dim, reshape
+from ..values import dtype_of, rank
 
 aten = torch.ops.aten
 

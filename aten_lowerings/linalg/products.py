@@ -7,9 +7,13 @@ import torch
 from jaxlib.mlir.dialects import stablehlo
 
 from ..emit.contraction import contract
-from ..helpers import broadcast_to, compute_dtype, convert, dtype_of, elementwise_operands, rank, reduce, static_shape
+from ..emit.elementwise import elementwise_operands
+from ..emit.reductions import reduce
 from ..mlir_types import DYNAMIC, mlir_shape
+from ..promotion import compute_dtype, convert
 from ..registry import lower
+from ..shapes import broadcast_to
+from ..values import dtype_of, rank, static_shape
 
 aten = torch.ops.aten
 

@@ -29,8 +29,9 @@ from jax._src.lax.linalg import geqrf as _jax_geqrf  # not re-exported by jax.la
 from jax.lax import linalg as lax_linalg
 
 from ..emit.jax_functions import call_jax
-from ..helpers import compute_dtype, convert, dtype_of
+from ..promotion import compute_dtype, convert
 from ..registry import lower
+from ..values import dtype_of
 
 aten = torch.ops.aten
 

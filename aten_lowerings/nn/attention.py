@@ -17,14 +17,18 @@ import torch
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import func, stablehlo
 
+from ..constants import full_like
 from ..context import LoweringContext
 from ..emit.contraction import contract
+from ..emit.elementwise import compare
 from ..emit.random_bits import dropout_values
-from ..helpers import (broadcast_in_dim, broadcast_to, compare, compute_dtype, convert, dtype_of, enclosing_module,
-                       full_like, iota, reduce, reshape)
+from ..emit.reductions import reduce
 from ..mlir_types import mlir_shape, tensor_type
+from ..promotion import compute_dtype, convert
 from ..registry import lower
 from ..shape_values import SymbolicDims
+from ..shapes import broadcast_in_dim, broadcast_to, iota, reshape
+from ..values import dtype_of, enclosing_module
 
 aten = torch.ops.aten
 
@@ -49,7 +53,7 @@ def _composite(ctx, name: str, operands, metas, attributes: dict, result_types, 
                            visibility="private", ip=ir.InsertionPoint(module.regions[0].blocks[0]))
     symbol = ir.SymbolTable(module).insert(function.operation).value
     block = function.add_entry_block()
-    body_ctx = LoweringContext(ctx.node, _argument_dims(block.arguments, metas), ctx.lower_graph)
+    body_ctx = LoweringContext(ctx.node, _argument_dims(block.arguments, metas), ctx.lower_graph, mesh=ctx.mesh)
     with ir.InsertionPoint(block):
         func.ReturnOp(body(body_ctx, *block.arguments))
     text = _ops_text(function)

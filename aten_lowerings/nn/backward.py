@@ -13,12 +13,16 @@ import torch
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
+from ..constants import array_constant, constant, full_like
 from ..emit.contraction import bin_matrix, contract, convolve, flipped_kernel, per_dim
+from ..emit.elementwise import as_tensor, compare
 from ..emit.index_plans import IndexPlan, along_dim_plan, scatter_plan
-from ..helpers import (array_constant, as_tensor, broadcast_in_dim, broadcast_to, compare, compute_dtype, constant,
-                       convert, dtype_of, full_like, rank, reduce, reshape, static_shape)
+from ..emit.reductions import reduce
 from ..mlir_types import element_type, mlir_shape
+from ..promotion import compute_dtype, convert
 from ..registry import lower
+from ..shapes import broadcast_in_dim, broadcast_to, reshape
+from ..values import dtype_of, rank, static_shape
 
 aten = torch.ops.aten
 

@@ -12,15 +12,18 @@ import torch
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
+from ..constants import array_constant, constant, full_like
 from ..emit.contraction import bin_matrix, contract, convolve, flipped_kernel, per_dim, symmetric_padding
+from ..emit.elementwise import compare
 from ..emit.extremes import is_nan, lowest
 from ..emit.index_plans import along_dim_plan, gather_plan
 from ..emit.reductions import arg_picker, reduce_region
 from ..emit.slicing import slice_dim
-from ..helpers import (array_constant, broadcast_in_dim, broadcast_to, compare, compute_dtype, constant, convert,
-                       dtype_of, full_like, iota, rank, reshape, static_shape, value_type)
 from ..mlir_types import DYNAMIC, element_type, mlir_shape, tensor_type
+from ..promotion import compute_dtype, convert
 from ..registry import lower
+from ..shapes import broadcast_in_dim, broadcast_to, iota, reshape
+from ..values import dtype_of, rank, static_shape, value_type
 
 aten = torch.ops.aten
 

@@ -13,14 +13,17 @@ import numpy as np
 import torch
 from jaxlib.mlir.dialects import stablehlo
 
+from ..constants import array_constant, full_like
 from ..emit.contraction import contract
+from ..emit.elementwise import as_tensor, compare
 from ..emit.extremes import maximum, minimum
 from ..emit.index_plans import IndexPlan, gather_plan, index_plan, scatter_plan
-from ..emit.reductions import p_norm
+from ..emit.reductions import p_norm, reduce
 from ..emit.slicing import slice_dim
-from ..helpers import (array_constant, as_tensor, broadcast_in_dim, compare, compute_dtype, convert, dtype_of,
-                       full_like, iota, reduce, reshape)
+from ..promotion import compute_dtype, convert
 from ..registry import lower
+from ..shapes import broadcast_in_dim, iota, reshape
+from ..values import dtype_of
 
 aten = torch.ops.aten
 

@@ -12,11 +12,15 @@ from __future__ import annotations
 import torch
 from jaxlib.mlir.dialects import stablehlo
 
+from ..constants import full_like
 from ..emit.contraction import contract
+from ..emit.elementwise import compare
 from ..emit.index_plans import along_dim_plan, gather_plan
-from ..helpers import broadcast_in_dim, compare, convert, full_like, iota, reduce, reshape
+from ..emit.reductions import reduce
 from ..mlir_types import mlir_shape
+from ..promotion import convert
 from ..registry import lower
+from ..shapes import broadcast_in_dim, iota, reshape
 
 try:  # registers the custom ops (torch 2.13 and later)
     import torch.nn.modules.linear_cross_entropy  # noqa: F401

@@ -12,10 +12,13 @@ import numpy as np
 import torch
 from jaxlib.mlir.dialects import stablehlo
 
-from ..helpers import (broadcast_in_dim, compute_dtype, constant, convert, dim_size, dtype_of, full_like, reduce,
-                       reshape, round_to, static_shape)
+from ..constants import constant, full_like
+from ..emit.reductions import reduce
 from ..mlir_types import DYNAMIC
+from ..promotion import compute_dtype, convert, round_to
 from ..registry import lower
+from ..shapes import broadcast_in_dim, dim_size, reshape
+from ..values import dtype_of, static_shape
 
 aten = torch.ops.aten
 

@@ -15,12 +15,14 @@ import numpy as np
 import torch
 from jaxlib.mlir.dialects import stablehlo
 
+from ..constants import array_constant, constant, full_like
 from ..emit.contraction import per_dim
+from ..emit.elementwise import compare
 from ..emit.slicing import slice_dim, strided_slice, take
-from ..helpers import (array_constant, broadcast_in_dim, compare, compute_dtype, constant, convert, full_like, iota,
-                       reshape, round_to)
 from ..mlir_types import DYNAMIC, mlir_shape, tensor_type
+from ..promotion import compute_dtype, convert, round_to
 from ..registry import lower
+from ..shapes import broadcast_in_dim, iota, reshape
 
 aten = torch.ops.aten
 

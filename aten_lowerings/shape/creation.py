@@ -9,8 +9,11 @@ from __future__ import annotations
 import torch
 from jaxlib.mlir.dialects import stablehlo
 
-from ..helpers import as_tensor, compute_dtype, convert, full_like, iota
+from ..constants import full_like
+from ..emit.elementwise import as_tensor
+from ..promotion import compute_dtype, convert
 from ..registry import lower
+from ..shapes import iota
 
 aten = torch.ops.aten
 

@@ -9,13 +9,15 @@ import torch
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
-from ..emit.elementwise import floor_quotient
+from ..constants import full_like
+from ..emit.elementwise import as_tensor, floor_quotient
 from ..emit.extremes import highest, lowest
 from ..emit.index_plans import IndexPlan, along_dim_plan, gather_plan, index_plan, scatter_plan
 from ..emit.slicing import index_value, slice_bounds, strided_slice, take, wrap_index
-from ..helpers import (as_tensor, broadcast_in_dim, broadcast_to, convert, dtype_of, full_like, iota, normalize_dim,
-                       rank, reshape)
+from ..promotion import convert
 from ..registry import lower
+from ..shapes import broadcast_in_dim, broadcast_to, iota, normalize_dim, reshape
+from ..values import dtype_of, rank
 
 aten = torch.ops.aten
 

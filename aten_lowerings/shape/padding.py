@@ -10,9 +10,11 @@ from __future__ import annotations
 import torch
 from jaxlib.mlir.dialects import stablehlo
 
+from ..constants import constant
 from ..emit.slicing import slice_dim
-from ..helpers import broadcast_in_dim, constant, rank
 from ..registry import lower
+from ..shapes import broadcast_in_dim
+from ..values import rank
 
 aten = torch.ops.aten
 

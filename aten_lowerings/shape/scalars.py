@@ -12,17 +12,18 @@ import operator
 import torch
 from jaxlib.mlir.dialects import stablehlo
 
-from ..helpers import compare, constant, convert, dim_size, dtype_of, rank, reshape
+from ..constants import constant
+from ..emit.elementwise import compare
+from ..promotion import SCALAR_DTYPES, convert
 from ..registry import lower
+from ..shapes import dim_size, reshape
+from ..values import dtype_of, rank
 
 aten = torch.ops.aten
 
-_DTYPES = {torch.SymInt: torch.int64, int: torch.int64, torch.SymFloat: torch.float64, float: torch.float64,
-           torch.SymBool: torch.bool, bool: torch.bool}
-
 
 def _dtype(meta) -> torch.dtype:
-    return _DTYPES[type(meta)]
+    return SCALAR_DTYPES[type(meta)]
 
 
 @lower(aten._local_scalar_dense.default)
@@ -76,7 +77,7 @@ def constrain_range(ctx, size, *, min=None, max=None):
 def _operands(ctx, *operands):
     """The operands (0-d values or Python numbers) in one dtype: float64 if any is a float, bool if all are
     bools, else int64."""
-    dtypes = {dtype_of(o) if not isinstance(o, (int, float, bool)) else _DTYPES[type(o)] for o in operands}
+    dtypes = {dtype_of(o) if not isinstance(o, (int, float, bool)) else SCALAR_DTYPES[type(o)] for o in operands}
     dtype = torch.float64 if torch.float64 in dtypes else torch.bool if dtypes == {torch.bool} else torch.int64
     return [constant(o, dtype) if isinstance(o, (int, float, bool)) else convert(o, dtype) for o in operands]
 

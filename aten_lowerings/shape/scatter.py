@@ -13,11 +13,16 @@ import torch
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
+from ..constants import full_like
+from ..emit.elementwise import compare
 from ..emit.extremes import maximum, minimum
 from ..emit.index_plans import IndexPlan, along_dim_plan, gather_plan, index_plan, scatter_plan
+from ..emit.reductions import reduce
 from ..emit.slicing import strided_slice
-from ..helpers import broadcast_in_dim, compare, convert, full_like, iota, normalize_dim, rank, reduce, reshape
+from ..promotion import convert
 from ..registry import lower
+from ..shapes import broadcast_in_dim, iota, normalize_dim, reshape
+from ..values import rank
 
 aten, prims = torch.ops.aten, torch.ops.prims
 

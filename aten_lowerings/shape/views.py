@@ -16,13 +16,15 @@ from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
+from ..constants import constant, full_like
+from ..emit.elementwise import compare
 from ..emit.padded import data_dependent_result
-from ..emit.slicing import (dim_length, index_value, known_int, slice_bounds, slice_dim, strided_slice, take,
-                            wrap_index)
-from ..helpers import (broadcast_in_dim, broadcast_to, compare, constant, convert, full_like, iota, normalize_dim,
-                       normalize_dims, rank, reshape, static_shape)
+from ..emit.slicing import dim_length, index_value, known_int, slice_bounds, slice_dim, strided_slice, take, wrap_index
 from ..mlir_types import DYNAMIC, tensor_type
+from ..promotion import convert
 from ..registry import lower
+from ..shapes import broadcast_in_dim, broadcast_to, iota, normalize_dim, normalize_dims, reshape
+from ..values import rank, static_shape
 
 aten = torch.ops.aten
 
