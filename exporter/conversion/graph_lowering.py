@@ -155,7 +155,8 @@ class GraphLowering:
                 raise LoweringError(f"no lowering for {name} at {describe(node)}")
             args = torch.fx.node.map_arg(node.args, env.__getitem__)
             kwargs = torch.fx.node.map_arg(node.kwargs, env.__getitem__)
-            ctx = LoweringContext(node, self.dims, self.lower_graph, self._rng_key if self._seed is not None else None)
+            ctx = LoweringContext(node, self.dims, self.lower_graph, self._rng_key if self._seed is not None else None,
+                                  mesh=self.signature.mesh)
             try:
                 result = rule(ctx, *args, **kwargs)
             except LoweringError:

@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from jaxlib.mlir.dialects import stablehlo
 
-from torch_stablehlo.aten_lowerings.helpers import full_like
+from torch_stablehlo.aten_lowerings.constants import full_like
 from torch_stablehlo.aten_lowerings.registry import LOWERINGS, lowering_for
 from torch_stablehlo.exporter import export_to_stablehlo, find_divergence
 from torch_stablehlo.golden import zoo
