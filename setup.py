@@ -2,7 +2,8 @@
 
 The folders stay at the top of the repository (``exporter/``, ``aten_lowerings/``, ...) and install as
 ``torch_stablehlo.exporter``, ``torch_stablehlo.aten_lowerings``, ...; ``torch_stablehlo/`` itself holds
-only the namespace's ``__init__`` (version check, public API), ``__main__`` and ``supported.py``.
+only the namespace's ``__init__`` (version check, public API), ``__main__``, ``supported.py`` and
+``exported_program.py`` (the facts read off a torch.export program, below every package).
 Everything else about the package is in ``pyproject.toml``.
 """
 from setuptools import find_packages, setup

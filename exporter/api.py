@@ -1,24 +1,8 @@
 """``export_to_stablehlo``: torch model or ExportedProgram -> StableHLOArtifact."""
 from __future__ import annotations
 
-import torch
-from torch._decomp import decomposition_table
-from torch._export.utils import _get_decomp_for_cia
-from torch.export import ExportedProgram
-from torch.export.graph_signature import InputKind
-
-from torch_stablehlo.aten_lowerings import op_name
-from torch_stablehlo.quantize import lowering_graph, plain_quantized_weights, prepare_quantized
-from torch_stablehlo.stablehlo_ir.mlir_context import make_context
-
 from .formats.artifact import StableHLOArtifact
-from .errors import UnsupportedOpsError
-from .conversion.graph_lowering import GraphLowering, unsupported_targets
-from .conversion.inplace import unfunctionalised_mutations
-from .conversion.locations import describe
-from .conversion.sharding import shard_signature
-from .conversion.signature import signature_of
-from .conversion.weight_stacks import fold_weight_stacks
+from .conversion.pipeline import convert
 
 
 def export_to_stablehlo(model, args=(), kwargs=None, *, dynamic_shapes=None, platform: str = "cpu",
@@ -35,90 +19,7 @@ def export_to_stablehlo(model, args=(), kwargs=None, *, dynamic_shapes=None, pla
     many devices; ``shardings`` maps input and weight names (``fnmatch`` patterns) to specs, one entry per dim:
     a mesh axis, a tuple of axes, or None (see ``exporter.conversion.sharding``; a tensor-parallel plan works too).
     """
-    program = convertible_program(model, args, kwargs, dynamic_shapes)
-    signature = shard_signature(signature_of(program), mesh, shardings, program.graph_module)
-    module = GraphLowering(lowering_graph(program, quantized_ops), signature).lower(make_context())
-    text = module.operation.get_asm(enable_debug_info=True)
-    return StableHLOArtifact(text, signature, program_weights(program, signature), platform=platform)
-
-
-def convertible_program(model, args=(), kwargs=None, dynamic_shapes=None) -> ExportedProgram:
-    """``model`` as the ExportedProgram the graph walk lowers: exported here if it is an ``nn.Module``, its
-    quantization prepared, in-place ops functionalised, ops without a lowering decomposed and stacks of weights
-    (``scan_layers``) folded into stored weights."""
-    if isinstance(model, ExportedProgram):
-        program = model
-    elif isinstance(model, torch.nn.Module):
-        if _on_meta(model):  # weightless: trace with meta inputs too (torch refuses mixed devices)
-            args, kwargs = torch.utils._pytree.tree_map_only(torch.Tensor, lambda t: t.to("meta"), (args, kwargs))
-        program = torch.export.export(plain_quantized_weights(model), tuple(args), kwargs or {},
-                                      dynamic_shapes=dynamic_shapes)
-    else:
-        raise TypeError(f"export_to_stablehlo takes a torch.nn.Module or a torch.export.ExportedProgram, "
-                        f"got {type(model).__name__}")
-    return fold_weight_stacks(decompose_unsupported(prepare_quantized(program)))
-
-
-def decompose_unsupported(program: ExportedProgram) -> ExportedProgram:
-    """Functionalise in-place ops and decompose only the ops without a lowering.
-
-    ``run_decompositions`` re-traces the whole program (about 1 s for GPT-2), so
-    it runs only when the graph has an op we cannot lower or a mutation the walk cannot functionalise
-    itself (``exporter.conversion.inplace``: one of a user input, parameter or buffer, or of an alias read later),
-    again while a decomposition leaves new ops without a lowering; raises once,
-    listing every op that has neither a lowering nor a decomposition.
-    """
-    missing = unsupported_targets(program.graph_module, _state(program))
-    decomposable = _decompositions(missing)
-    if decomposable or unfunctionalised_mutations(program.graph_module, _state(program)):
-        program = program.run_decompositions(decomposable)
-        missing = unsupported_targets(program.graph_module, _state(program))
-    tried = set(decomposable)
-    while decomposable := {t: d for t, d in _decompositions(missing).items() if t not in tried}:
-        tried |= set(decomposable)
-        program = program.run_decompositions(decomposable)
-        missing = unsupported_targets(program.graph_module, _state(program))
-    if missing:
-        raise UnsupportedOpsError({op_name(t): (len(nodes), describe(nodes[0])) for t, nodes in missing.items()})
-    return program
-
-
-def _decompositions(targets) -> dict:
-    """torch.export's decomposition for each target, else the one in torch's wider table (ops such as
-    ``addmv`` that torch.export keeps but core ATen does not have), else the composite implicit kernel."""
-    if not targets:
-        return {}
-    export_table = torch.export.default_decompositions()
-    found = {}
-    for target in targets:
-        if target in export_table:
-            found[target] = export_table[target]
-        elif target in decomposition_table:
-            found[target] = decomposition_table[target]
-        elif isinstance(target, torch._ops.OpOverload) and target._can_decompose():
-            found[target] = _get_decomp_for_cia(target)
-    return found
-
-
-def _state(program: ExportedProgram) -> list[torch.fx.Node]:
-    """The placeholders whose writes the program returns: user inputs, parameters and buffers."""
-    placeholders = [n for n in program.graph.nodes if n.op == "placeholder"]
-    kinds = (InputKind.USER_INPUT, InputKind.PARAMETER, InputKind.BUFFER)
-    return [n for n, spec in zip(placeholders, program.graph_signature.input_specs) if spec.kind in kinds]
-
-
-def program_weights(program: ExportedProgram, signature) -> dict[str, torch.Tensor]:
-    """The program's own tensors (never copies); tied weights stay one object, so meta weights of a
-    weightless export keep their ties too."""
-    weights, plain = {}, {}
-    for slot in signature.weights:
-        source = program.state_dict if slot.target in program.state_dict else program.constants
-        value = source[slot.target]
-        if id(value) not in plain:
-            plain[id(value)] = value.data if isinstance(value, torch.nn.Parameter) else value
-        weights[slot.target] = plain[id(value)]
-    return weights
-
-
-def _on_meta(model: torch.nn.Module) -> bool:
-    return any(t.is_meta for t in [*model.parameters(), *model.buffers()])
+    conversion = convert(model, args, kwargs, dynamic_shapes=dynamic_shapes, quantized_ops=quantized_ops, mesh=mesh,
+                         shardings=shardings)
+    text = conversion.lower().operation.get_asm(enable_debug_info=True)
+    return StableHLOArtifact(text, conversion.signature, conversion.weights, platform=platform)

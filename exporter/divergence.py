@@ -20,15 +20,11 @@ from dataclasses import dataclass
 import torch
 from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
-from torch_stablehlo.quantize import lowering_graph
 from torch_stablehlo.quantize.schemes import QUANTIZE
-from torch_stablehlo.stablehlo_ir.mlir_context import make_context
 
-from .api import convertible_program, program_weights
 from .formats.artifact import StableHLOArtifact
-from .conversion.graph_lowering import GraphLowering
 from .conversion.locations import module_path, source_line
-from .conversion.signature import Signature, signature_of
+from .conversion.pipeline import Conversion, convert
 
 CHUNK_SIZE = 512
 """Intermediates exposed per compiled module: memory holds at most this many besides the graph's own."""
@@ -77,16 +73,13 @@ def find_divergence(model_or_program, args, kwargs=None, *, rtol: float | None =
     ``args``/``kwargs`` disagrees with eager torch, or None when every op agrees. ``rtol``/``atol`` replace the
     per-dtype defaults (``TOLERANCES``). Quantized programs are compared op by op in their unfused form."""
     kwargs = kwargs or {}
-    program = convertible_program(model_or_program, args, kwargs)
-    signature = signature_of(program)
-    graph_module = lowering_graph(program, "unfused")
-    weights = program_weights(program, signature)
-    tensors = signature.tensor_inputs(args, kwargs)
-    eager = _eager_values(graph_module, signature, weights, tensors)
-    compared = [n for n in graph_module.graph.nodes if _comparable(n)]
+    conversion = convert(model_or_program, args, kwargs, quantized_ops="unfused")
+    tensors = conversion.signature.tensor_inputs(args, kwargs)
+    eager = _eager_values(conversion, tensors)
+    compared = [n for n in conversion.graph_module.graph.nodes if _comparable(n)]
     ours: dict[torch.fx.Node, torch.Tensor] = {}
     for start in range(0, len(compared), chunk_size):
-        ours.update(_our_values(graph_module, signature, weights, tensors, compared[start:start + chunk_size]))
+        ours.update(_our_values(conversion, tensors, compared[start:start + chunk_size]))
     inherited = 0
     for node in compared:
         expected = eager[node]
@@ -115,8 +108,9 @@ def _op_of(node: torch.fx.Node):
     return node.args[0].target if node.target is operator.getitem else node.target
 
 
-def _eager_values(graph_module, signature: Signature, weights: dict, tensors: list) -> dict:
+def _eager_values(conversion: Conversion, tensors: list) -> dict:
     """Every node's value when torch runs the graph on the weights and inputs."""
+    weights = conversion.weights
     values: dict[torch.fx.Node, object] = {}
 
     class Recorder(torch.fx.Interpreter):
@@ -127,16 +121,16 @@ def _eager_values(graph_module, signature: Signature, weights: dict, tensors: li
     user_tensors = iter(tensors)
     placeholders = [weights[slot.target] if slot.target in weights else
                     next(user_tensors) if slot.tensor is not None else slot.value
-                    for slot in signature.inputs if slot.kind != "rng_seed"]
+                    for slot in conversion.signature.inputs if slot.kind != "rng_seed"]
     with torch.no_grad():
-        Recorder(graph_module).run(*placeholders)
+        Recorder(conversion.graph_module).run(*placeholders)
     return values
 
 
-def _our_values(graph_module, signature: Signature, weights: dict, tensors: list, nodes: list) -> dict:
+def _our_values(conversion: Conversion, tensors: list, nodes: list) -> dict:
     """``nodes``' values computed by our StableHLO: ``@main`` built to return them too, run once."""
-    module = GraphLowering(graph_module, signature, exposed=nodes).lower(make_context())
-    artifact = StableHLOArtifact(module.operation.get_asm(), signature, weights)
+    module = conversion.lower(exposed=nodes)
+    artifact = StableHLOArtifact(module.operation.get_asm(), conversion.signature, conversion.weights)
     results = artifact.main_results(tensors)
     return dict(zip(nodes, results[len(results) - len(nodes):]))
 

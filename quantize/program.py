@@ -2,18 +2,16 @@
 dropped, static schemes found, patterns fused. Programs without quantization ops pass through untouched."""
 from __future__ import annotations
 
-import copy
 from typing import Callable
 
 import torch
 from torch.export import ExportedProgram
-from torch.export.graph_signature import ExportGraphSignature, InputKind
 
+from ..exported_program import WeightRewrite, copied_graph_module, is_weight, weight_values
 from .fusion import fuse
 from .schemes import DEQUANTIZE, QUANTIZE, SCHEME, check_supported, is_quantization_op, scheme_of
 
 QUANTIZED_OPS_FORMS = ("fused", "unfused")
-_WEIGHT_KINDS = (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR)
 
 
 def _quantization_nodes(graph_module: torch.fx.GraphModule) -> list[torch.fx.Node]:
@@ -42,7 +40,7 @@ def lowering_graph(program: ExportedProgram, quantized_ops: str = "fused") -> to
         raise ValueError(f"quantized_ops must be one of {QUANTIZED_OPS_FORMS}, got {quantized_ops!r}")
     if not _quantization_nodes(program.graph_module):
         return program.graph_module
-    graph_module = _copy(program.graph_module)
+    graph_module = copied_graph_module(program.graph_module)
     static_value = _static_values(program, graph_module)
     for node in graph_module.graph.nodes:
         if node.op == "call_function" and node.target in QUANTIZE + DEQUANTIZE:
@@ -57,11 +55,9 @@ def lowering_graph(program: ExportedProgram, quantized_ops: str = "fused") -> to
 def _static_values(program: ExportedProgram, graph_module: torch.fx.GraphModule) -> Callable[[object], object]:
     """``value(arg)``: a number argument, the tensor behind a weight placeholder or a tensor attribute, or
     None for anything computed at run time (and for buffers the program mutates)."""
-    signature = program.graph_signature
-    mutated = set(signature.buffers_to_mutate.values())
-    targets = {**signature.inputs_to_parameters, **signature.inputs_to_buffers,
-               **signature.inputs_to_lifted_tensor_constants}
-    stored = {**program.constants, **program.state_dict}
+    mutated = set(program.graph_signature.buffers_to_mutate.values())
+    targets = {spec.arg.name: spec.target for spec in program.graph_signature.input_specs if is_weight(spec)}
+    stored = weight_values(program, targets.values())
 
     def value(arg):
         if isinstance(arg, (int, float)):
@@ -77,31 +73,12 @@ def _static_values(program: ExportedProgram, graph_module: torch.fx.GraphModule)
     return value
 
 
-def _copy(graph_module: torch.fx.GraphModule) -> torch.fx.GraphModule:
-    """A copy of the graph module with the same node names (copying a graph renames nodes named like
-    builtins, such as ``input``; torch.export names them directly, as here, and its signature uses them)."""
-    graph = copy.deepcopy(graph_module.graph)
-    for old, new in zip(graph_module.graph.nodes, graph.nodes):
-        new.name = old.name
-    return torch.fx.GraphModule(graph_module, graph)
-
-
 def _without_unused_weights(program: ExportedProgram) -> ExportedProgram:
-    signature = program.graph_signature
     unused = {n.name for n in program.graph.nodes if n.op == "placeholder" and not n.users}
-    dropped = {s.arg.name for s in signature.input_specs if s.kind in _WEIGHT_KINDS and s.arg.name in unused}
+    dropped = {s.arg.name for s in program.graph_signature.input_specs if is_weight(s) and s.arg.name in unused}
     if not dropped:
         return program
-    graph_module = _copy(program.graph_module)
-    for node in [n for n in graph_module.graph.nodes if n.op == "placeholder" and n.name in dropped]:
-        graph_module.graph.erase_node(node)
-    graph_module.recompile()
-    kept = [s for s in signature.input_specs if s.arg.name not in dropped]
-    targets = {s.target for s in kept}
-    return ExportedProgram(
-        root=graph_module, graph=graph_module.graph,
-        graph_signature=ExportGraphSignature(kept, signature.output_specs),
-        state_dict={k: v for k, v in program.state_dict.items() if k in targets},
-        range_constraints=program.range_constraints, module_call_graph=program.module_call_graph,
-        example_inputs=program.example_inputs,
-        constants={k: v for k, v in program.constants.items() if k in targets}, verifiers=program.verifiers)
+    rewrite = WeightRewrite(program)
+    for node in [n for n in rewrite.graph.nodes if n.op == "placeholder" and n.name in dropped]:
+        rewrite.drop(node)
+    return rewrite.program()

@@ -19,6 +19,7 @@ from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
 from torch_stablehlo.aten_lowerings import (LoweringContext, PaddedDims, is_padded, keeps_padding, lowering_for, op_name, seeded_key,
                             tensor_type)
+from torch_stablehlo.exported_program import state_placeholders
 from torch_stablehlo.stablehlo_ir.refine import ShapeRefinementError, refine_shapes
 from torch_stablehlo.stablehlo_ir.sharding import argument_attributes, declare_mesh, replicated_results
 from torch_stablehlo.stablehlo_ir.unused import erase_unused
@@ -28,9 +29,6 @@ from .inplace import functionalised
 from .locations import LocationCache, describe
 from ..terminal import progress
 from .signature import InputSlot, Signature
-
-
-STATE_KINDS = ("user_input", "parameter", "buffer")  # inputs whose writes @main must return, not rebind
 
 
 def _is_tensor_meta(meta) -> bool:
@@ -44,7 +42,7 @@ class GraphLowering:
     """Lowers the graph of one ExportedProgram into a fresh ``ir.Module``."""
 
     def __init__(self, graph_module: torch.fx.GraphModule, signature: Signature,
-                 exposed: Sequence[torch.fx.Node] = ()):
+                 exposed: Sequence[torch.fx.Node] = (), twins: dict | None = None):
         self.graph_module = graph_module
         self.signature = signature
         self.exposed = list(exposed)  # top-graph nodes whose values @main also returns, after everything else
@@ -53,7 +51,9 @@ class GraphLowering:
         self.locations = LocationCache()
         self._seed: ir.Value | None = None  # @main's last argument where the graph draws random numbers
         self._keys = itertools.count()
-        self._twins: dict[torch.fx.Node, object] = {}  # the top graph's in-place nodes lowered functionally
+        # the top graph's in-place nodes lowered functionally (``inplace.functionalised``; computed if not given)
+        self._twins = twins if twins is not None else functionalised(
+            graph_module, state_placeholders(graph_module, [slot.kind for slot in signature.inputs]))
 
     def lower(self, context: ir.Context, function_name: str = "main") -> ir.Module:
         """Build the module: ``@main``'s arguments are the signature's tensor inputs, each located by its name."""
@@ -70,7 +70,6 @@ class GraphLowering:
             if self.signature.mesh:  # SPMD: the mesh, and each argument's sharding (see stablehlo_ir.sharding)
                 declare_mesh(module, self.signature.mesh)
                 function.arg_attrs = argument_attributes(self.signature.main_shardings)
-            self._twins = functionalised(self.graph_module, [node_of[s] for s in slots if s.kind in STATE_KINDS])
             argument_of = {}
             for slot, argument in zip(slots, block.arguments):
                 if slot.kind == "rng_seed":
@@ -219,11 +218,12 @@ def _refined(module: ir.Module, arg_types, context: ir.Context) -> ir.Module:
     return ir.Module.parse(text, context)
 
 
-def unsupported_targets(graph_module: torch.fx.GraphModule, state=None) -> dict:
+def unsupported_targets(graph_module: torch.fx.GraphModule, twins: dict | None = None) -> dict:
     """Every call target (nested graphs included) without a lowering: target -> list of nodes. In-place nodes
-    the walk functionalises (``exporter.conversion.inplace``; ``state`` as there) count as their out-of-place twin."""
+    the walk functionalises (``twins``, ``graph_module``'s ``exporter.conversion.inplace.functionalised``;
+    computed here for a nested graph) count as their out-of-place twin."""
     missing: dict[object, list[torch.fx.Node]] = {}
-    twins = functionalised(graph_module, state)
+    twins = functionalised(graph_module) if twins is None else twins
     for node in graph_module.graph.nodes:
         if node.op == "get_attr":
             attr = getattr(graph_module, node.target)

@@ -35,8 +35,9 @@ def functional_twin(target) -> torch._ops.OpOverload | None:
 def functionalised(graph_module: torch.fx.GraphModule, state=None) -> dict[torch.fx.Node, torch._ops.OpOverload]:
     """In-place nodes of ``graph_module`` the walk lowers as their functional twin: node -> twin.
 
-    ``state`` is the set of placeholders whose writes the program must return (user inputs, parameters,
-    buffers); None means every placeholder (a nested graph's inputs are its caller's values).
+    ``state`` is the set of placeholders whose writes the program must return
+    (``exported_program.state_placeholders``); None means every placeholder (a nested graph's inputs are its
+    caller's values).
     """
     nodes = list(graph_module.graph.nodes)
     position = {node: i for i, node in enumerate(nodes)}
@@ -99,8 +100,8 @@ def _aliased_arguments(node: torch.fx.Node) -> list[torch.fx.Node]:
     return list(node.all_input_nodes)
 
 
-def unfunctionalised_mutations(graph_module: torch.fx.GraphModule, state) -> list[torch.fx.Node]:
-    """The mutating nodes that the walk cannot functionalise: they need ``run_decompositions``."""
-    twins = functionalised(graph_module, state)
+def unfunctionalised_mutations(graph_module: torch.fx.GraphModule, twins: dict) -> list[torch.fx.Node]:
+    """The mutating nodes that the walk cannot functionalise (not among ``twins``, ``graph_module``'s
+    ``functionalised``): they need ``run_decompositions``."""
     return [n for n in graph_module.graph.nodes if n.op == "call_function" and n not in twins
             and isinstance(n.target, torch._ops.OpOverload) and n.target._schema.is_mutable]

@@ -10,10 +10,11 @@ from typing import Sequence
 import sympy
 import torch
 import torch.utils._pytree as pytree
-from torch.export.graph_signature import InputKind, OutputKind
+from torch.export.graph_signature import OutputKind
 from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
 from torch_stablehlo.aten_lowerings import RNG_SEED_DTYPE, RNG_SEED_NAME, uses_random
+from torch_stablehlo.exported_program import WEIGHT_KINDS, kind_name
 from torch_stablehlo.stablehlo_ir.dtypes import uncarried
 from torch_stablehlo.stablehlo_ir.sharding import Spec, normalize_spec, num_devices, spec_text
 from torch_stablehlo.stablehlo_ir.specs import TensorSpec, dtype_name
@@ -21,14 +22,12 @@ from torch_stablehlo.stablehlo_ir.specs import TensorSpec, dtype_name
 from ..errors import InputError
 from . import symbolic_dims
 
-WEIGHT_KINDS = ("parameter", "buffer", "constant")
-
 
 @dataclass(frozen=True)
 class InputSlot:
     """One graph placeholder: a weight (``target`` = state-dict key) or a user input."""
     name: str
-    kind: str                      # "parameter" | "buffer" | "constant" | "user_input" | "rng_seed"
+    kind: str                      # an exported_program.INPUT_KINDS name ("parameter", "user_input", ...), "rng_seed"
     target: str | None
     tensor: TensorSpec | None      # None for a non-tensor input that export specialised
     value: object = None           # that specialised value
@@ -226,8 +225,6 @@ def _sharding_note(slot: InputSlot) -> str:
     return f"  sharded {spec_text(slot.sharding)}" if slot.sharding is not None else ""
 
 
-_INPUT_KINDS = {InputKind.PARAMETER: "parameter", InputKind.BUFFER: "buffer",
-                InputKind.CONSTANT_TENSOR: "constant", InputKind.USER_INPUT: "user_input"}
 _OUTPUT_KINDS = {OutputKind.USER_OUTPUT: "user_output", OutputKind.BUFFER_MUTATION: "buffer_mutation",
                  OutputKind.USER_INPUT_MUTATION: "user_input_mutation"}
 
@@ -238,7 +235,7 @@ def signature_of(ep: torch.export.ExportedProgram) -> Signature:
     call_signature = ep.module_call_graph[0].signature
     inputs = []
     for spec in ep.graph_signature.input_specs:
-        kind = _INPUT_KINDS.get(spec.kind)
+        kind = kind_name(spec)
         if kind is None:
             raise NotImplementedError(f"input kind {spec.kind} ({spec.arg}) is not supported")
         meta = placeholders[spec.arg.name].meta.get("val")

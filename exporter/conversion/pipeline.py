@@ -1,0 +1,128 @@
+"""The one conversion pipeline, which ``export_to_stablehlo`` and ``find_divergence`` both run: the model exported
+(or the ExportedProgram taken), its quantization prepared, in-place ops functionalised and ops without a lowering
+decomposed, stacks of weights (``scan_layers``) folded, the signature read and the graph to lower chosen.
+
+Each graph is functionalised (``inplace.functionalised``) once: the unsupported targets, the mutations left to
+``run_decompositions`` and the graph walk all read that one result.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+from jaxlib.mlir import ir
+from torch._decomp import decomposition_table
+from torch._export.utils import _get_decomp_for_cia
+from torch.export import ExportedProgram
+
+from torch_stablehlo.aten_lowerings import op_name
+from torch_stablehlo.exported_program import kind_names, state_placeholders, weight_values
+from torch_stablehlo.quantize import lowering_graph, plain_quantized_weights, prepare_quantized
+from torch_stablehlo.stablehlo_ir.mlir_context import make_context
+
+from ..errors import UnsupportedOpsError
+from .graph_lowering import GraphLowering, unsupported_targets
+from .inplace import functionalised, unfunctionalised_mutations
+from .locations import describe
+from .sharding import shard_signature
+from .signature import Signature, signature_of
+from .weight_stacks import fold_weight_stacks
+
+
+@dataclass
+class Conversion:
+    """A model made ready to lower: ``lower`` builds its StableHLO."""
+    program: ExportedProgram             # the convertible program (see ``convert``)
+    signature: Signature                 # @main's calling convention
+    graph_module: torch.fx.GraphModule   # the graph to lower (``quantize.lowering_graph``)
+    twins: dict                          # its in-place nodes the walk lowers functionally (``inplace.functionalised``)
+    weights: dict[str, torch.Tensor]     # the program's own weight tensors (``exported_program.weight_values``)
+
+    def lower(self, exposed: Sequence[torch.fx.Node] = ()) -> ir.Module:
+        """``@main`` in a fresh module; it also returns the values of the ``exposed`` top-graph nodes, last."""
+        return GraphLowering(self.graph_module, self.signature, exposed, self.twins).lower(make_context())
+
+
+def convert(model, args=(), kwargs=None, *, dynamic_shapes=None, quantized_ops: str = "fused", mesh=None,
+            shardings=None) -> Conversion:
+    """``model`` (an ``nn.Module``, exported here, or an ``ExportedProgram``) ready to lower; ``quantized_ops``,
+    ``mesh`` and ``shardings`` as ``export_to_stablehlo`` takes them."""
+    program, twins = _decomposed(prepare_quantized(_exported(model, args, kwargs, dynamic_shapes)))
+    checked = program.graph_module
+    program = fold_weight_stacks(program)
+    signature = shard_signature(signature_of(program), mesh, shardings, program.graph_module)
+    graph_module = lowering_graph(program, quantized_ops)
+    if graph_module is not checked:  # stacks folded or quantization ops annotated: a copy, with nodes of its own
+        twins = _functionalised(graph_module, program)
+    return Conversion(program, signature, graph_module, twins,
+                      weight_values(program, [slot.target for slot in signature.weights]))
+
+
+def _exported(model, args, kwargs, dynamic_shapes) -> ExportedProgram:
+    if isinstance(model, ExportedProgram):
+        return model
+    if isinstance(model, torch.nn.Module):
+        if _on_meta(model):  # weightless: trace with meta inputs too (torch refuses mixed devices)
+            args, kwargs = torch.utils._pytree.tree_map_only(torch.Tensor, lambda t: t.to("meta"), (args, kwargs))
+        return torch.export.export(plain_quantized_weights(model), tuple(args), kwargs or {},
+                                   dynamic_shapes=dynamic_shapes)
+    raise TypeError(f"export_to_stablehlo takes a torch.nn.Module or a torch.export.ExportedProgram, "
+                    f"got {type(model).__name__}")
+
+
+def _decomposed(program: ExportedProgram) -> tuple[ExportedProgram, dict]:
+    """Functionalise in-place ops and decompose only the ops without a lowering; the program and its graph's
+    functionalisation.
+
+    ``run_decompositions`` re-traces the whole program (about 1 s for GPT-2), so
+    it runs only when the graph has an op we cannot lower or a mutation the walk cannot functionalise
+    itself (``exporter.conversion.inplace``: one of a user input, parameter or buffer, or of an alias read later),
+    again while a decomposition leaves new ops without a lowering; raises once,
+    listing every op that has neither a lowering nor a decomposition.
+    """
+    twins, missing = _checked(program)
+    decomposable = _decompositions(missing)
+    if decomposable or unfunctionalised_mutations(program.graph_module, twins):
+        program = program.run_decompositions(decomposable)
+        twins, missing = _checked(program)
+    tried = set(decomposable)
+    while decomposable := {t: d for t, d in _decompositions(missing).items() if t not in tried}:
+        tried |= set(decomposable)
+        program = program.run_decompositions(decomposable)
+        twins, missing = _checked(program)
+    if missing:
+        raise UnsupportedOpsError({op_name(t): (len(nodes), describe(nodes[0])) for t, nodes in missing.items()})
+    return program, twins
+
+
+def _checked(program: ExportedProgram) -> tuple[dict, dict]:
+    """The program's graph functionalised, and the targets in it without a lowering (reading that)."""
+    twins = _functionalised(program.graph_module, program)
+    return twins, unsupported_targets(program.graph_module, twins)
+
+
+def _functionalised(graph_module: torch.fx.GraphModule, program: ExportedProgram) -> dict:
+    """``graph_module`` (``program``'s graph, or a copy with the same placeholders) functionalised."""
+    return functionalised(graph_module, state_placeholders(graph_module, kind_names(program)))
+
+
+def _decompositions(targets) -> dict:
+    """torch.export's decomposition for each target, else the one in torch's wider table (ops such as
+    ``addmv`` that torch.export keeps but core ATen does not have), else the composite implicit kernel."""
+    if not targets:
+        return {}
+    export_table = torch.export.default_decompositions()
+    found = {}
+    for target in targets:
+        if target in export_table:
+            found[target] = export_table[target]
+        elif target in decomposition_table:
+            found[target] = decomposition_table[target]
+        elif isinstance(target, torch._ops.OpOverload) and target._can_decompose():
+            found[target] = _get_decomp_for_cia(target)
+    return found
+
+
+def _on_meta(model: torch.nn.Module) -> bool:
+    return any(t.is_meta for t in [*model.parameters(), *model.buffers()])

@@ -1,0 +1,119 @@
+"""The facts the conversion reads off a torch.export ``ExportedProgram``, each decided here once: what each input
+is (state, weight, user input), a weight's value, and the program with weight placeholders removed or added.
+
+Below every package of the namespace (the graph walk, the signature, weight stacks and quantization all read it),
+so it imports nothing of the package.
+"""
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+import torch
+from torch.export import ExportedProgram
+from torch.export.graph_signature import ExportGraphSignature, InputKind, InputSpec, TensorArgument
+
+
+@dataclass(frozen=True)
+class Kind:
+    """What one kind of input of an ExportedProgram is to the conversion."""
+    name: str      # the signature's name for it (``InputSlot.kind``, stored in artifacts)
+    weight: bool   # a tensor the program holds (state dict or constants): the artifact keeps it, @main takes it first
+    state: bool    # an input whose writes @main returns, so the graph walk never rebinds it in place
+
+
+INPUT_KINDS = {
+    InputKind.PARAMETER: Kind("parameter", weight=True, state=True),
+    InputKind.BUFFER: Kind("buffer", weight=True, state=True),
+    InputKind.CONSTANT_TENSOR: Kind("constant", weight=True, state=False),  # see ``state_placeholders``
+    InputKind.USER_INPUT: Kind("user_input", weight=False, state=True),
+}
+"""The input kinds the conversion takes (the signature refuses the others: custom objects, tokens)."""
+WEIGHT_KINDS = frozenset(kind.name for kind in INPUT_KINDS.values() if kind.weight)
+STATE_KINDS = frozenset(kind.name for kind in INPUT_KINDS.values() if kind.state)
+
+
+def kind_name(spec: InputSpec) -> str | None:
+    """The input's kind as the signature names it; None for a kind the conversion does not take."""
+    kind = INPUT_KINDS.get(spec.kind)
+    return kind.name if kind is not None else None
+
+
+def is_weight(spec: InputSpec) -> bool:
+    return kind_name(spec) in WEIGHT_KINDS
+
+
+def kind_names(program: ExportedProgram) -> list[str | None]:
+    """Each input's kind name (``kind_name``), in placeholder order."""
+    return [kind_name(spec) for spec in program.graph_signature.input_specs]
+
+
+def state_placeholders(graph_module: torch.fx.GraphModule, kinds: Sequence[str | None]) -> list[torch.fx.Node]:
+    """The placeholders whose writes the program returns, given each placeholder's kind name in order
+    (``kind_names(program)``, or a signature's slot kinds): those of a ``STATE_KINDS`` kind.
+
+    The one place that decides which inputs are state: a lifted constant the program writes in place is not state
+    yet (the graph walk rebinds it); counting it is a condition on ``graph_module`` that goes here.
+    """
+    placeholders = [n for n in graph_module.graph.nodes if n.op == "placeholder"]
+    return [node for node, kind in zip(placeholders, kinds) if kind in STATE_KINDS]
+
+
+def weight_values(program: ExportedProgram, targets: Iterable[str]) -> dict[str, torch.Tensor]:
+    """The value of each weight ``target`` (a state-dict or constants key): the program's own tensor, never a copy
+    (a parameter's plain ``.data``); tied weights stay one object, so meta weights of a weightless export keep
+    their ties too."""
+    weights, plain = {}, {}
+    for target in targets:
+        value = program.state_dict[target] if target in program.state_dict else program.constants[target]
+        if id(value) not in plain:
+            plain[id(value)] = value.data if isinstance(value, torch.nn.Parameter) else value
+        weights[target] = plain[id(value)]
+    return weights
+
+
+def copied_graph_module(graph_module: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """A copy of the graph module with the same node names (copying a graph renames nodes named like builtins,
+    such as ``input``; torch.export names them directly, as here, and its signature uses the names)."""
+    graph = copy.deepcopy(graph_module.graph)
+    for old, new in zip(graph_module.graph.nodes, graph.nodes):
+        new.name = old.name
+    return torch.fx.GraphModule(graph_module, graph)
+
+
+class WeightRewrite:
+    """``program``'s weight placeholders rewritten on a copy of its graph (``graph``; the program itself is never
+    changed): ``drop`` erases a weight placeholder nothing uses any more, ``add_constant`` adds a lifted constant
+    after the weights; ``program()`` is the result, its state dict and constants holding what an input still names.
+    """
+
+    def __init__(self, program: ExportedProgram):
+        self.source = program
+        self.graph_module = copied_graph_module(program.graph_module)
+        self.graph = self.graph_module.graph
+        self._specs = list(program.graph_signature.input_specs)
+        self._constants = dict(program.constants)
+
+    def drop(self, placeholder: torch.fx.Node) -> None:
+        self.graph.erase_node(placeholder)
+        self._specs = [s for s in self._specs if s.arg.name != placeholder.name]
+
+    def add_constant(self, name: str, target: str, value: torch.Tensor) -> torch.fx.Node:
+        """A new placeholder ``name`` (after the weights, before the user inputs) for the constant ``target``."""
+        first_input = next((i for i, s in enumerate(self._specs) if not is_weight(s)), len(self._specs))
+        weights = {s.arg.name for s in self._specs[:first_input]}
+        before = next(n for n in self.graph.nodes if n.op != "placeholder" or n.name not in weights)
+        with self.graph.inserting_before(before):
+            placeholder = self.graph.placeholder(name)
+        self._specs.insert(first_input, InputSpec(InputKind.CONSTANT_TENSOR, TensorArgument(placeholder.name), target))
+        self._constants[target] = value
+        return placeholder
+
+    def program(self) -> ExportedProgram:
+        self.graph_module.recompile()
+        named = {s.target for s in self._specs}
+        signature = ExportGraphSignature(self._specs, list(self.source.graph_signature.output_specs))
+        return self.source._update(self.graph_module, signature,
+                                   state_dict={k: v for k, v in self.source.state_dict.items() if k in named},
+                                   constants={k: v for k, v in self._constants.items() if k in named})
