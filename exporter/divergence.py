@@ -7,9 +7,9 @@ order. A node that differs from eager is checked on its own: its op is run in to
 StableHLO gave its inputs. If that agrees with ours, the difference was inherited from an input and the
 node is not blamed; the first node whose own computation disagrees is reported.
 
-Tolerances are per dtype, scaled like the golden checks: ``|ours - eager| <= atol + rtol * max|eager|``
-over the whole tensor. Integer results are exact, except those of quantize ops, which may differ by one
-integer step (a value within rounding of a half step).
+Tolerances are per dtype, from ``exporter.tolerances`` (the table the golden checks read too):
+``|ours - eager| <= atol + rtol * max|eager|`` over the whole tensor. Integer results are exact, except those of
+quantize ops, which may differ by one integer step (a value within rounding of a half step).
 """
 from __future__ import annotations
 
@@ -25,15 +25,11 @@ from torch_stablehlo.quantize.schemes import QUANTIZE
 from .formats.artifact import StableHLOArtifact
 from .conversion.locations import module_path, source_line
 from .conversion.pipeline import Conversion, convert
+from .tolerances import TOLERANCES
 
 CHUNK_SIZE = 512
 """Intermediates exposed per compiled module: memory holds at most this many besides the graph's own."""
 
-TOLERANCES = {  # dtype -> (rtol, atol); rtol scales with the largest |eager| value, as golden checks do
-    torch.float64: (1e-9, 1e-12), torch.complex128: (1e-9, 1e-12),
-    torch.float32: (1e-4, 1e-6), torch.complex64: (1e-4, 1e-6),   # golden.zoo.F32_TOLERANCE
-    torch.float16: (1e-2, 1e-3), torch.bfloat16: (4e-2, 1e-2),
-}
 QUANTIZED_STEPS = 1
 """Integer steps a quantize op's result may differ by."""
 

@@ -16,11 +16,9 @@ from typing import Callable
 import torch
 from torch import nn
 
-SEED = 0
+from torch_stablehlo.exporter.tolerances import F32_TOLERANCE  # f32 models: max |error| / max |golden output|
 
-# f32 models: the largest absolute error over an output must be at most
-# F32_TOLERANCE * max(|golden output|), i.e. the tolerance is relative to the output's scale.
-F32_TOLERANCE = 1e-4
+SEED = 0
 
 
 @dataclass

@@ -134,7 +134,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="a golden zoo model name (golden/data/NAME.safetensors) or a golden .safetensors file")
     verify.add_argument("--tolerance", type=float,
                         help="max |error| / max |golden| allowed per output (default: the golden's, from its "
-                             "manifest, else 1e-4)")
+                             f"manifest, else {zoo.F32_TOLERANCE:g})")
     verify.add_argument("--abs-tolerance", type=float,
                         help="max |error| allowed instead (default: the golden's, for quantized models)")
     verify.add_argument("--bisect", action="store_true",
