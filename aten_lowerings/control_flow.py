@@ -19,11 +19,13 @@ from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
+from torch_stablehlo.stablehlo_ir.dtypes import SCALAR_DTYPES
+
 from .constants import constant, full_like
 from .emit.elementwise import compare
 from .emit.loops import while_loop as emit_while
 from .mlir_types import mlir_shape, tensor_type
-from .promotion import SCALAR_DTYPES, convert
+from .promotion import convert
 from .registry import lower
 from .shape_values import I64, i64_scalar
 from .shapes import is_static, reshape

@@ -1,4 +1,4 @@
-"""torch's dtype rules over MLIR values: the dtype of a Python scalar, result_type over values and numbers, the
+"""torch's dtype rules over MLIR values: result_type over values and numbers, the
 dtype torch computes a low-precision float in, and the conversion (and rounding) every promotion ends in."""
 from __future__ import annotations
 
@@ -10,11 +10,6 @@ from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
 from .values import dtype_of, rank, with_dtype
-
-SCALAR_DTYPES = {bool: torch.bool, int: torch.int64, float: torch.float64, torch.SymBool: torch.bool,
-                 torch.SymInt: torch.int64, torch.SymFloat: torch.float64}
-"""The dtype a Python scalar (or a symbolic one) has as a 0-d tensor: a graph's ``.item()`` and size results, a
-loop's counter."""
 
 
 @lru_cache(maxsize=None)

@@ -23,6 +23,19 @@ ELEMENT_TYPES = {
 for bool); a carried dtype has its carrier's."""
 ELEMENT_TYPES.update({dtype: ELEMENT_TYPES[carrier] for dtype, carrier in CARRIED.items()})
 
+PYTHON_SCALAR_DTYPES = {bool: torch.bool, int: torch.int64, float: torch.float64}
+"""The dtype a Python scalar has as a 0-d tensor: a graph's ``.item()`` and size results, a loop's counter, a
+model's scalar output."""
+SYMBOLIC_SCALARS = {torch.SymBool: bool, torch.SymInt: int, torch.SymFloat: float}
+SCALAR_DTYPES = {**PYTHON_SCALAR_DTYPES, **{sym: PYTHON_SCALAR_DTYPES[py] for sym, py in SYMBOLIC_SCALARS.items()}}
+"""The same for a Python scalar's type or a symbolic scalar's."""
+
+
+def scalar_type(value) -> type | None:
+    """``bool``, ``int`` or ``float`` for a Python or symbolic scalar, None for anything else."""
+    kind = type(value)
+    return SYMBOLIC_SCALARS.get(kind, kind if kind in PYTHON_SCALAR_DTYPES else None)
+
 
 def to_numpy(tensor: torch.Tensor) -> np.ndarray:
     tensor = tensor.detach().cpu().contiguous()

@@ -12,9 +12,11 @@ import operator
 import torch
 from jaxlib.mlir.dialects import stablehlo
 
+from torch_stablehlo.stablehlo_ir.dtypes import SCALAR_DTYPES
+
 from ..constants import constant
 from ..emit.elementwise import compare
-from ..promotion import SCALAR_DTYPES, convert
+from ..promotion import convert
 from ..registry import lower
 from ..shapes import dim_size, reshape
 from ..values import dtype_of, rank

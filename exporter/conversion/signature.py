@@ -15,7 +15,7 @@ from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
 from torch_stablehlo.aten_lowerings import RNG_SEED_DTYPE, RNG_SEED_NAME, uses_random
 from torch_stablehlo.exported_program import WEIGHT_KINDS, kind_name
-from torch_stablehlo.stablehlo_ir.dtypes import uncarried
+from torch_stablehlo.stablehlo_ir.dtypes import PYTHON_SCALAR_DTYPES, scalar_type, uncarried
 from torch_stablehlo.stablehlo_ir.sharding import Spec, normalize_spec, num_devices, spec_text
 from torch_stablehlo.stablehlo_ir.specs import TensorSpec, dtype_name
 
@@ -71,10 +71,7 @@ class OutputSlot:
         return _SCALAR_TYPES[self.scalar](result.item()) if self.scalar else result
 
 
-_SCALAR_TYPES = {"int": int, "float": float, "bool": bool}
-_SCALAR_OF_META = {torch.SymInt: "int", int: "int", torch.SymFloat: "float", float: "float",
-                   torch.SymBool: "bool", bool: "bool"}
-_SCALAR_DTYPES = {"int": torch.int64, "float": torch.float64, "bool": torch.bool}
+_SCALAR_TYPES = {python.__name__: python for python in PYTHON_SCALAR_DTYPES}  # as the manifest names them
 
 
 @dataclass
@@ -259,13 +256,14 @@ def signature_of(ep: torch.export.ExportedProgram) -> Signature:
             user_outputs += 1
             continue
         meta = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
-        scalar = _SCALAR_OF_META.get(type(meta)) if kind == "user_output" else None
+        python = scalar_type(meta) if kind == "user_output" else None
+        scalar = python.__name__ if python else None
         if kind is None or not (isinstance(meta, torch.Tensor) or scalar):
             raise NotImplementedError(
                 f"output {spec.arg} of kind {spec.kind} is not supported: outputs must be tensors, "
                 "Python scalars or constants (return them, or pytrees of them, from forward)")
         user_outputs += kind == "user_output"
-        tensor = (TensorSpec(name, dtype_name(_SCALAR_DTYPES[scalar]), ()) if scalar
+        tensor = (TensorSpec(name, dtype_name(PYTHON_SCALAR_DTYPES[python]), ()) if scalar
                   else TensorSpec.from_meta(name, meta))
         outputs.append(OutputSlot(kind, spec.target, tensor, scalar))
     in_spec, out_spec = call_signature.in_spec, call_signature.out_spec
