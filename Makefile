@@ -2,12 +2,14 @@
 # `make test` checks a fixed sample of the OpInfo sweep (tests/tools/test_opinfo_sweep.py) and prints the slowest
 # tests and the time per test directory; `make test-full` checks every OpInfo entry (most of an hour on 2 cores);
 # `make coverage` re-sweeps everything and regenerates docs/coverage.md and docs/coverage.json.
+# `make check-commands` runs every command README.md and this Makefile show, at small sizes
+# (tests/test_documented_commands.py; `make test` runs the ones that take seconds, .ci/run the others too).
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-full coverage golden bench bench-large clean
+.PHONY: demo test test-full check-commands coverage golden bench bench-large clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -22,6 +24,9 @@ test: $(STAMP)
 
 test-full: $(STAMP)
 	$(PY) -m pytest -n auto --dist loadgroup -q --durations=25 --full-sweep
+
+check-commands: $(STAMP)
+	$(PY) -m pytest -n auto --dist loadgroup -q tests/test_documented_commands.py --documented-commands all
 
 coverage: $(STAMP)
 	$(PY) -m torch_stablehlo coverage

@@ -12,7 +12,10 @@ what matters. Four tables:
   never reads weight values), with the time per graph node, which should stay flat, and a
   least-squares line time = a + b * nodes.
 
-    .venv/bin/python bench/convert_speed.py [--repeats 5] [--skip-zoo]
+    .venv/bin/python bench/convert_speed.py [--repeats 5] [--skip-zoo] [--small]
+
+``--small``: every table at tiny sizes (GPT-2 2 layers x 64 wide, the zoo's ``mlp`` only, linearity at 1, 2 and 3
+layers x 64 wide), one repeat: seconds, to check that the script runs; its figures say nothing about speed.
 
 The machine may be shared: medians, and ratios of two figures measured in the same run.
 """
@@ -20,15 +23,11 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from torch_stablehlo.exporter import export_to_stablehlo  # noqa: E402
+from torch_stablehlo.exporter import export_to_stablehlo
 
 HEADER = (f"{'model':<26}{'nodes':>7}{'first (s)':>10}{'ours (s)':>10}{'run_decompositions (s)':>24}{'ratio':>8}"
           f"{'us/node':>9}")
@@ -141,34 +140,42 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--skip-zoo", action="store_true", help="only the GPT-2 tables")
+    parser.add_argument("--small", action="store_true", help="tiny sizes, one repeat: checks that the script runs")
     options = parser.parse_args()
+    if options.small:
+        options.repeats = 1
+    gpt2 = dict(layers=2, width=64, heads=4) if options.small else dict(layers=12, width=768, heads=12)
+    linearity = (dict(layers=(1, 2, 3), width=64, heads=4) if options.small
+                 else dict(layers=(2, 12, 24), width=1024, heads=16))
 
     print("transformers models that once needed a re-trace (target: <= 0.2 s)")
     print(HEADER)
     for name in TRANSFORMERS_MODELS:
         measure(name, transformers_program(name), options.repeats)
 
-    print("\nGPT-2 12-layer (target: <= 0.15 s)")
+    print(f"\nGPT-2 {gpt2['layers']}-layer, {gpt2['width']} wide (target at 12 layers, 768 wide: <= 0.15 s)")
     print(HEADER)
     for attention in ("sdpa", "eager"):
-        measure(f"gpt2-12layer/{attention}", gpt2_program(attention), options.repeats)
+        measure(f"gpt2-{gpt2['layers']}layer/{attention}", gpt2_program(attention, **gpt2), options.repeats)
 
     if not options.skip_zoo:
         from torch_stablehlo.golden import zoo
 
         print("\ngolden zoo")
         print(HEADER)
-        for name in zoo.names():
+        for name in ["mlp"] if options.small else zoo.names():
             measure(name, zoo_program(name), options.repeats)
 
-    print("\nlinearity: GPT-2 decoder 1024 wide, 16 heads (meta weights)")
+    width, heads = linearity["width"], linearity["heads"]
+    print(f"\nlinearity: GPT-2 decoder {width} wide, {heads} heads (meta weights)")
     print(HEADER)
-    points = [measure(f"gpt2-1024w-{layers}layer", gpt2_program(layers=layers, width=1024, heads=16, meta=True),
-                      options.repeats) for layers in (2, 12, 24)]
+    points = [measure(f"gpt2-{width}w-{layers}layer", gpt2_program(layers=layers, width=width, heads=heads, meta=True),
+                      options.repeats) for layers in linearity["layers"]]
     slope, intercept = _fit(points)
     worst = max(abs(t - (intercept + slope * n)) / t for n, t in points)
+    first, last = linearity["layers"][0], linearity["layers"][-1]
     print(f"fit: time = {intercept * 1e3:.1f} ms + {slope * 1e6:.0f} us x nodes; largest deviation from the "
-          f"line {worst:.1%}; us/node 2->24 layers: {points[0][1] / points[0][0] * 1e6:.0f} -> "
+          f"line {worst:.1%}; us/node {first}->{last} layers: {points[0][1] / points[0][0] * 1e6:.0f} -> "
           f"{points[-1][1] / points[-1][0] * 1e6:.0f}")
 
 

@@ -11,6 +11,8 @@ weight size:
     tf load+run   tf.saved_model.load and its serving signature, checked against eager's logits
 
     .venv/bin/python bench/multi_gb_export.py [--layers 20] [--shard-gb 1] [--out DIR]   # or: make bench-large
+    .venv/bin/python bench/multi_gb_export.py --layers 1 --hidden 64 --intermediate 128 --heads 4 --vocab 512
+                                              # a tiny model: seconds, to check that every step still runs
 
 Needs about 3x the weight size of free disk (bundle + SavedModel) and of memory (the serving steps);
 takes a few minutes. Not part of ``make test``; tests/exporter/test_bundle.py covers the sharded path.
@@ -30,6 +32,7 @@ from pathlib import Path
 
 STEPS = ("export", "load", "saved_model", "tf_load")
 TOKENS = (1, 8)
+TOLERANCE = 1e-4  # of the largest |logit|, as for the float32 goldens
 
 
 def peak_rss_bytes() -> int:
@@ -40,15 +43,14 @@ def build(options):
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    config = LlamaConfig(vocab_size=32000, hidden_size=options.hidden, intermediate_size=options.intermediate,
+    config = LlamaConfig(vocab_size=options.vocab, hidden_size=options.hidden, intermediate_size=options.intermediate,
                          num_hidden_layers=options.layers, num_attention_heads=options.heads,
                          num_key_value_heads=options.heads // 4, max_position_embeddings=256,
                          tie_word_embeddings=False, use_cache=False)
     torch.manual_seed(0)
     with torch.no_grad():
         model = LlamaForCausalLM(config).eval()
-    input_ids = torch.randint(0, config.vocab_size, TOKENS, generator=torch.Generator().manual_seed(0))
-    return model, input_ids
+    return model, build_inputs(options)
 
 
 def step_export(options, work: Path) -> dict:
@@ -85,7 +87,7 @@ def step_load(options, work: Path) -> dict:
     start = time.perf_counter()
     artifact = load_artifact(work / "bundle")
     loaded = time.perf_counter()
-    _, input_ids = build_inputs()
+    input_ids = build_inputs(options)
     logits = artifact(input_ids=input_ids).logits
     expected = torch.from_numpy(np.load(work / "eager_logits.npy"))
     return {"load_s": loaded - start, "run_s": time.perf_counter() - loaded,
@@ -109,24 +111,26 @@ def step_tf_load(options, work: Path) -> dict:
     start = time.perf_counter()
     served = tf.saved_model.load(str(work / "saved_model"))
     loaded = time.perf_counter()
-    _, input_ids = build_inputs()
+    input_ids = build_inputs(options)
     outputs = served.signatures["serving_default"](input_ids=tf.constant(input_ids.numpy()))
+    if "logits" not in outputs:  # outputs are named as in the signature: ModelOutput fields by their names
+        raise KeyError(f"the SavedModel's serving_default returns {sorted(outputs)}, no 'logits'")
     expected = np.load(work / "eager_logits.npy")
     return {"tf_load_s": loaded - start, "tf_run_s": time.perf_counter() - loaded,
-            "max_abs_error": float(np.abs(outputs["output_0"].numpy() - expected).max())}
+            "max_abs_error": float(np.abs(outputs["logits"].numpy() - expected).max())}
 
 
-def build_inputs():
+def build_inputs(options):
     import torch
 
-    return None, torch.randint(0, 32000, TOKENS, generator=torch.Generator().manual_seed(0))
+    return torch.randint(0, options.vocab, TOKENS, generator=torch.Generator().manual_seed(0))
 
 
 def run_step(step: str, options, work: Path) -> dict:
     """Run one step in a fresh process, so its peak RSS is its own."""
     command = [sys.executable, __file__, "--step", step, "--work", str(work), "--layers", str(options.layers),
                "--hidden", str(options.hidden), "--intermediate", str(options.intermediate),
-               "--heads", str(options.heads), "--shard-gb", str(options.shard_gb)]
+               "--heads", str(options.heads), "--vocab", str(options.vocab), "--shard-gb", str(options.shard_gb)]
     result = subprocess.run(command, capture_output=True, text=True)
     if result.returncode != 0:
         raise SystemExit(f"step {step} failed:\n{result.stderr[-3000:]}")
@@ -138,7 +142,8 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=20)
     parser.add_argument("--hidden", type=int, default=2048)
     parser.add_argument("--intermediate", type=int, default=5632)
-    parser.add_argument("--heads", type=int, default=32)
+    parser.add_argument("--heads", type=int, default=32, help="attention heads (a multiple of 4: 4 per KV head)")
+    parser.add_argument("--vocab", type=int, default=32000)
     parser.add_argument("--shard-gb", type=float, default=1.0, help="bundle shard size in GiB")
     parser.add_argument("--out", type=Path, help="work folder, kept (default: a temporary one, removed)")
     parser.add_argument("--step", choices=STEPS, help=argparse.SUPPRESS)
@@ -160,6 +165,11 @@ def main() -> None:
     finally:
         if options.out is None:
             shutil.rmtree(work, ignore_errors=True)
+    scale = results["load"]["max_abs_logit"]
+    wrong = [f"{step}: max |error| {results[step]['max_abs_error']:.2e} > {TOLERANCE} x max |logit| {scale:.2f}"
+             for step in ("load", "tf_load") if not results[step]["max_abs_error"] <= TOLERANCE * scale]
+    if wrong:
+        raise SystemExit("logits differ from eager's: " + "; ".join(wrong))
 
 
 def report(results: dict) -> None:
@@ -186,6 +196,5 @@ def report(results: dict) -> None:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     main()

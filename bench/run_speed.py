@@ -38,8 +38,6 @@ import time
 from collections import Counter
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
 TEXT = dict(batch=8, length=128)
 VISION = dict(batch=8, image_size=224)
 SIZES = {"mlp": dict(batch=1024), "cnn": VISION, "vit": VISION, "gpt2_2layer": TEXT, "gpt2_2layer_eager": TEXT,

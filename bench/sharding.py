@@ -16,14 +16,11 @@ import statistics
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from torch_stablehlo.exporter import export_to_stablehlo  # noqa: E402
-from torch_stablehlo.golden.sharded_decoder import TENSOR_PARALLEL, DecoderConfig, decoder_example  # noqa: E402
+from torch_stablehlo.exporter import export_to_stablehlo
+from torch_stablehlo.golden.sharded_decoder import TENSOR_PARALLEL, DecoderConfig, decoder_example
 
 CONFIG = dict(vocab=2048, hidden=256, heads=8, ffn=1024, layers=4)
 BATCH, LENGTH = 8, 64

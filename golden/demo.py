@@ -1,8 +1,8 @@
 """``make demo``: GPT-2 (12 layers, random weights) to StableHLO and back, checked against its golden.
 
-    python -m torch_stablehlo.golden.demo [--out DIR]
+    python -m torch_stablehlo.golden.demo [--out DIR] [--model NAME]
 
-Exports the ``gpt2_12layer`` zoo model, saves the artifact (to ``--out``, else a
+Exports the ``gpt2_12layer`` zoo model (or ``--model``'s), saves the artifact (to ``--out``, else a
 temporary folder), loads it back, runs it on jaxlib's CPU PJRT client and compares
 its logits with the stored eager golden. Exits non-zero if they do not match.
 """
@@ -30,23 +30,28 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m torch_stablehlo.golden.demo", description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, help="save the artifact to this folder, kept (default: a temporary one); "
                                                  "an existing folder is replaced only if it holds an artifact")
+    parser.add_argument("--model", default=DEMO_MODEL, choices=zoo.names(),
+                        help=f"the zoo model to take through (default: {DEMO_MODEL})")
     parser.add_argument("--traceback", action="store_true", help="print the traceback of an error")
     parser.add_argument("--verbose", action="store_true", help="let third-party libraries log (PJRT, torchao, ...)")
     options = parser.parse_args(argv)
     if not options.verbose:
         quiet_third_party_logs()
 
-    entry = zoo.get(DEMO_MODEL)
-    golden = store.load_golden(DEMO_MODEL)
-    print(f"{DEMO_MODEL}: {entry.description}")
-    print("inputs: " + ", ".join(f"{k}{list(v.shape)}" for k, v in golden.kwargs.items()))
+    name = options.model
+    entry = zoo.get(name)
+    golden = store.load_golden(name)
+    print(f"{name}: {entry.description}")
+    shapes = [*(f"arg{i}{list(v.shape)}" for i, v in enumerate(golden.args) if hasattr(v, "shape")),
+              *(f"{k}{list(v.shape)}" for k, v in golden.kwargs.items() if hasattr(v, "shape"))]
+    print("inputs: " + ", ".join(shapes))
     print("export -> StableHLO -> save -> load -> run on the CPU PJRT client ...", flush=True)
 
     temporary = options.out is None
-    out = Path(tempfile.mkdtemp(prefix="golden-demo-")) / DEMO_MODEL if temporary else options.out
+    out = Path(tempfile.mkdtemp(prefix="golden-demo-")) / name if temporary else options.out
     try:
-        result = verify_one(DEMO_MODEL, artifact_dir=out)
-        render([result], title=f"{DEMO_MODEL}: StableHLO on PJRT vs eager torch")
+        result = verify_one(name, artifact_dir=out)
+        render([result], title=f"{name}: StableHLO on PJRT vs eager torch")
         if result.artifact_dir is not None:
             where = " (temporary, removed on exit)" if temporary else ""
             print(f"artifact: {result.artifact_dir}, {_size(result.artifact_dir) / 1e6:.1f} MB{where}")

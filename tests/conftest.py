@@ -1,9 +1,12 @@
 """Test distribution under ``pytest -n auto --dist loadgroup``: each test module stays on one worker (its
 module fixtures, such as exported golden models, are built once), except the OpInfo sweep, whose hundreds
-of independent tests spread over every worker.
+of independent tests spread over every worker, and the documented commands (each its own subprocess).
 
 ``--full-sweep`` (or ``TORCH_STABLEHLO_FULL_SWEEP=1``) makes ``tests/tools/test_opinfo_sweep.py`` check every
-OpInfo entry instead of its fixed sample (see that module). At the end of a session the time spent per test
+OpInfo entry instead of its fixed sample (see that module). ``--documented-commands`` (or
+``TORCH_STABLEHLO_DOCUMENTED_COMMANDS``) picks which of README's and the Makefile's commands
+``tests/test_documented_commands.py`` runs: ``fast`` (the default, in ``make test``), ``slow`` (the ones that take a
+minute or more; ``.ci/run``) or ``all`` (``make check-commands``). At the end of a session the time spent per test
 directory (setup, call and teardown, summed over workers) is printed.
 
 Every test starts from torch's seed 0, so the random inputs a test draws do not depend on which tests ran before
@@ -15,7 +18,7 @@ from pathlib import PurePosixPath
 import pytest
 import torch
 
-SPREAD = {"test_opinfo_sweep.py"}
+SPREAD = {"test_opinfo_sweep.py", "test_documented_commands.py"}
 _SECONDS = defaultdict(float)
 _COUNTS = defaultdict(set)
 
@@ -24,10 +27,18 @@ def pytest_addoption(parser):
     parser.addoption("--full-sweep", action="store_true", default=False,
                      help="OpInfo sweep: check every op_db entry against docs/coverage.json, not the fixed sample "
                           "(also TORCH_STABLEHLO_FULL_SWEEP=1)")
+    parser.addoption("--documented-commands", choices=["fast", "slow", "all"], default=None,
+                     help="tests/test_documented_commands.py: run README's and the Makefile's fast commands (the "
+                          "default), the slow ones, or all (also TORCH_STABLEHLO_DOCUMENTED_COMMANDS)")
 
 
 def full_sweep(config) -> bool:
     return config.getoption("--full-sweep") or os.environ.get("TORCH_STABLEHLO_FULL_SWEEP", "") not in ("", "0")
+
+
+def documented_commands(config) -> str:
+    return config.getoption("--documented-commands") or os.environ.get("TORCH_STABLEHLO_DOCUMENTED_COMMANDS") \
+        or "fast"
 
 
 @pytest.fixture(autouse=True)
