@@ -6,6 +6,8 @@ moved into one module, private. Their weights become ``@main``'s leading argumen
 buffers are shared by name (the same model's tensors), each step's lifted constants stay its own
 (``prefill.lifted_tensor_0``). The state the loop carries is ``steps.CARRIED`` and the caches, by the names the
 steps give them; the loop adds nothing of its own, so the module's size does not depend on ``max_new_tokens``.
+The decode step's one-column writes become ``dynamic_update_slice`` (``update_slices.py``), which XLA updates in
+place in the loop.
 
 Where the program samples, ``@main`` takes ``rng_seed`` and gives each step a seed of its own (the step's cursor
 mixed in), so every step draws new numbers and one seed reproduces them all.
@@ -24,6 +26,7 @@ from torch_stablehlo.stablehlo_ir.mlir_context import make_context
 
 from ..conversion.signature import InputSlot
 from ..formats.artifact import StableHLOArtifact
+from .update_slices import one_column_writes_as_update_slices
 
 STEP_SEEDS = 1 << 20  # per-step seeds: rng_seed * STEP_SEEDS + the step's cursor (cursors stay below this)
 
@@ -61,6 +64,7 @@ def compose(prefill: StableHLOArtifact, decode: StableHLOArtifact, max_new_token
         module = ir.Module.create()
         functions = {step: move_functions(ir.Module.parse(a.stablehlo_text), step, module.body)
                      for step, a in steps.items()}
+        one_column_writes_as_update_slices(functions["decode"])
         argument_types = {step: ir.FunctionType(ir.TypeAttr(f.attributes["function_type"]).value).inputs
                           for step, f in functions.items()}
         weight_types = {t: ty for step in steps for t, ty in zip(taken[step], argument_types[step])}
@@ -110,7 +114,8 @@ class _GenerateMain:
 
         def body(*values):
             state = dict(zip(names, values))
-            return [{**state, **self.call("decode", state, state["cursor"])}[name] for name in names]
+            state.update(self.call("decode", state, state["cursor"]))
+            return [state[name] for name in names]
 
         final = dict(zip(names, while_loop([first[name] for name in names],
                                            lambda *values: values[names.index("going")], body)))

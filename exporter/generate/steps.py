@@ -9,7 +9,7 @@ The carried state, by name (``Decode`` takes and returns it; ``Prefill`` makes i
 - ``cursor`` (0-d): the column of the last token written, the one the next step reads;
 - ``done`` [batch]: rows that have produced an eos (they get the pad token from then on);
 - ``going`` (0-d bool): another step is due (a token left to make and a row not done);
-- ``caches.<i>``: each layer's keys then values, [batch, kv heads, max_cache_len, head dim].
+- ``caches.<i>``: each layer's keys then values, [batch * kv heads, max_cache_len, head dim].
 ``Prefill`` also returns what stays fixed: ``padding`` [batch, max_cache_len] (the prompt's attention mask, ones
 after it) and ``prompt_len`` (0-d, the prompt's columns).
 
@@ -28,21 +28,32 @@ CARRIED = ("tokens", "cursor", "done", "going")  # then the caches, keys and val
 
 
 class CarriedLayer(StaticLayer):
-    """A static cache layer over given key and value tensors that writes new entries out of place."""
+    """A static cache layer over given key and value tensors that writes new entries out of place.
 
-    def __init__(self, keys: torch.Tensor, values: torch.Tensor, offset: torch.Tensor):
-        super().__init__(max_cache_len=keys.shape[2])
-        self.keys, self.values, self.cumulative_length = keys, values, offset
-        self.batch_size, self.num_heads, _, self.k_head_dim = keys.shape
-        self.v_head_dim = values.shape[-1]
+    The tensors are [batch * kv heads, max_cache_len, head dim], the form attention reads them in (a free view of
+    the [batch, kv heads, ...] the model sees), so the written tensor is the one attention reads and the one
+    the loop carries: XLA then updates it in place."""
+
+    def __init__(self, keys: torch.Tensor, values: torch.Tensor, offset: torch.Tensor, batch: int):
+        super().__init__(max_cache_len=keys.shape[1])
+        self.cumulative_length = offset
+        self.batch_size, self.num_heads = batch, keys.shape[0] // batch
+        self.k_head_dim, self.v_head_dim = keys.shape[-1], values.shape[-1]
         self.device = keys.device
         self.is_initialized = True
+        self.hold(keys, values)
+
+    def hold(self, keys: torch.Tensor, values: torch.Tensor) -> None:
+        """Carry these [batch * kv heads, ...] tensors; the model sees them as [batch, kv heads, ...]."""
+        self.flat_keys, self.flat_values = keys, values
+        self.keys = keys.view(self.batch_size, self.num_heads, *keys.shape[1:])
+        self.values = values.view(self.batch_size, self.num_heads, *values.shape[1:])
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
         columns = torch.arange(key_states.shape[-2], device=self.device) + self.cumulative_length
         self.cumulative_length = self.cumulative_length + key_states.shape[-2]
-        self.keys = self.keys.index_copy(2, columns, key_states)
-        self.values = self.values.index_copy(2, columns, value_states)
+        self.hold(self.flat_keys.index_copy(1, columns, key_states.flatten(0, 1)),
+                  self.flat_values.index_copy(1, columns, value_states.flatten(0, 1)))
         return self.keys, self.values
 
 
@@ -57,7 +68,7 @@ def cache_shapes(model, batch: int, max_cache_len: int) -> list[tuple[int, ...]]
                                   f"static cache; this model has {', '.join(other)} layers")
     heads, head_dim = get_head_shapes(config)
     per_layer = [(h, d) for h, d in zip(_per_layer(heads, len(layer_types)), _per_layer(head_dim, len(layer_types)))]
-    return [(batch, h, max_cache_len, d) for h, d in per_layer for _ in ("keys", "values")]
+    return [(batch * h, max_cache_len, d) for h, d in per_layer for _ in ("keys", "values")]
 
 
 def _per_layer(value, layers: int) -> list[int]:
@@ -74,11 +85,12 @@ class Step(torch.nn.Module):
 
     def run_model(self, input_ids, padding, positions, offset, caches):
         """Last-position logits (float32) and the new caches, for ``input_ids`` written at columns ``offset``, ..."""
-        layers = [CarriedLayer(caches[i], caches[i + 1], offset) for i in range(0, len(caches), 2)]
+        batch = input_ids.shape[0]
+        layers = [CarriedLayer(caches[i], caches[i + 1], offset, batch) for i in range(0, len(caches), 2)]
         cache = Cache(layers=layers)
         logits = self.model(input_ids=input_ids, attention_mask=padding, position_ids=positions, cache=cache,
                             use_cache=True, logits_to_keep=1).logits[:, -1].float()
-        return logits, [t for layer in layers for t in (layer.keys, layer.values)]
+        return logits, [t for layer in layers for t in (layer.flat_keys, layer.flat_values)]
 
     def choose(self, logits, tokens, column, prompt_len, done) -> dict:
         """Write the token for ``column`` (chosen from ``logits``; pad where the row is done) into ``tokens``; the

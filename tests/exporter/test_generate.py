@@ -170,3 +170,13 @@ def test_bundle_and_jax_handoff_generate_the_same_tokens(greedy, padded_batch, t
     torch.testing.assert_close(loaded(ids, attention_mask=mask), expected)
     jax_model = greedy.to_jax()
     np.testing.assert_array_equal(np.asarray(jax_model(ids.numpy(), attention_mask=mask.numpy())), expected.numpy())
+
+
+def test_saved_model_serves_sequences(greedy, padded_batch, tmp_path):
+    tf = pytest.importorskip("tensorflow")
+    ids, mask = padded_batch
+    serve = tf.saved_model.load(str(greedy.save_tf_saved_model(tmp_path / "tf"))).signatures["serving_default"]
+    shorter = ids[:, 2:], mask[:, 2:]  # the prompt's length is dynamic in the SavedModel too
+    for prompt, prompt_mask in (padded_batch, shorter):
+        served = serve(input_ids=tf.constant(prompt.numpy()), attention_mask=tf.constant(prompt_mask.numpy()))
+        np.testing.assert_array_equal(served["sequences"].numpy(), greedy(prompt, attention_mask=prompt_mask).numpy())
