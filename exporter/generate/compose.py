@@ -4,8 +4,9 @@ converted decode step while a step is due, and returns the tokens up to the prom
 The two steps are artifacts of ``export_to_stablehlo`` (``steps.Prefill``, ``steps.Decode``); their functions are
 moved into one module, private. Their weights become ``@main``'s leading arguments once each: parameters and
 buffers are shared by name (the same model's tensors), each step's lifted constants stay its own
-(``prefill.lifted_tensor_0``). The state the loop carries is ``steps.CARRIED`` and the caches, by the names the
-steps give them; the loop adds nothing of its own, so the module's size does not depend on ``max_new_tokens``.
+(``prefill.lifted_tensor_0``). The loop carries every value the prefill returns (the state ``steps`` describes),
+by the names the steps give them; it adds nothing of its own, so the module's size does not depend on
+``max_new_tokens``.
 The decode step's one-column writes become ``dynamic_update_slice`` (``update_slices.py``), which XLA updates in
 place in the loop.
 
@@ -110,7 +111,7 @@ class _GenerateMain:
     def emit(self, max_new_tokens: int) -> None:
         prompt = {"input_ids": self.arguments["input_ids"], "attention_mask": self.arguments["attention_mask"]}
         first = self.call("prefill", prompt, None)
-        names = list(first)  # steps.CARRIED, the caches, then padding and prompt_len (passed through unchanged)
+        names = list(first)  # the state, the caches, then padding and prompt_len (passed through unchanged)
 
         def body(*values):
             state = dict(zip(names, values))

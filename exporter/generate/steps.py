@@ -24,8 +24,6 @@ from transformers.configuration_utils import get_head_shapes
 
 from .settings import GenerationSettings
 
-CARRIED = ("tokens", "cursor", "done", "going")  # then the caches, keys and values per layer
-
 
 class CarriedLayer(StaticLayer):
     """A static cache layer over given key and value tensors that writes new entries out of place.
@@ -67,7 +65,7 @@ def cache_shapes(model, batch: int, max_cache_len: int) -> list[tuple[int, ...]]
         raise NotImplementedError(f"export_generate handles decoders whose layers all use full attention with a "
                                   f"static cache; this model has {', '.join(other)} layers")
     heads, head_dim = get_head_shapes(config)
-    per_layer = [(h, d) for h, d in zip(_per_layer(heads, len(layer_types)), _per_layer(head_dim, len(layer_types)))]
+    per_layer = zip(_per_layer(heads, len(layer_types)), _per_layer(head_dim, len(layer_types)))
     return [(batch * h, max_cache_len, d) for h, d in per_layer for _ in ("keys", "values")]
 
 
