@@ -7,8 +7,9 @@ buffers are shared by name (the same model's tensors), each step's lifted consta
 (``prefill.lifted_tensor_0``). The loop carries every value the prefill returns (the state ``steps`` describes),
 by the names the steps give them; it adds nothing of its own, so the module's size does not depend on
 ``max_new_tokens``.
-The decode step's one-column writes become ``dynamic_update_slice`` (``update_slices.py``), which XLA updates in
-place in the loop.
+The decode step's cache writes (one column, a scatter that XLA makes an in-place update slice) update the
+carried cache in place: the step is called once per iteration and the cache is carried in the form attention
+reads (``steps.CarriedLayer``), so no copy of it is made.
 
 Where the program samples, ``@main`` takes ``rng_seed`` and gives each step a seed of its own (the step's cursor
 mixed in), so every step draws new numbers and one seed reproduces them all.
@@ -27,7 +28,6 @@ from torch_stablehlo.stablehlo_ir.mlir_context import make_context
 
 from ..conversion.signature import InputSlot
 from ..formats.artifact import StableHLOArtifact
-from .update_slices import one_column_writes_as_update_slices
 
 STEP_SEEDS = 1 << 20  # per-step seeds: rng_seed * STEP_SEEDS + the step's cursor (cursors stay below this)
 
@@ -65,7 +65,6 @@ def compose(prefill: StableHLOArtifact, decode: StableHLOArtifact, max_new_token
         module = ir.Module.create()
         functions = {step: move_functions(ir.Module.parse(a.stablehlo_text), step, module.body)
                      for step, a in steps.items()}
-        one_column_writes_as_update_slices(functions["decode"])
         argument_types = {step: ir.FunctionType(ir.TypeAttr(f.attributes["function_type"]).value).inputs
                           for step, f in functions.items()}
         weight_types = {t: ty for step in steps for t, ty in zip(taken[step], argument_types[step])}
