@@ -2,7 +2,8 @@
 ``elementwise``, ``shape``, ``linalg`` and ``nn``), and the shared emitters the families build on (``emit``).
 
 Importing this package registers every family. What the exporter needs is here: the registry, the context a rule
-sees, the padded sizes of data-dependent results and the random-seed argument.
+sees, the padded sizes of data-dependent results, the random-seed argument, and the constant and while-loop
+emitters a module built outside the graph walk (a generate loop) uses.
 """
 from . import (  # noqa: F401  (each import registers its rules)
     control_flow,
@@ -21,10 +22,11 @@ from . import (  # noqa: F401  (each import registers its rules)
 from .context import LoweringContext
 from .emit.padded import PaddedDims, is_padded, keeps_padding
 from .emit.random_bits import RANDOM_OPS, RNG_SEED_DTYPE, RNG_SEED_NAME, seeded_key, uses_random
+from .helpers import constant, while_loop
 from .mlir_types import tensor_type
 from .registry import LOWERINGS, lower, lowering_for, op_name
 from .sharding import mark_sharding, spec_of
 
 __all__ = ["LOWERINGS", "lower", "lowering_for", "op_name", "LoweringContext", "tensor_type", "PaddedDims",
            "is_padded", "keeps_padding", "RANDOM_OPS", "RNG_SEED_NAME", "RNG_SEED_DTYPE", "seeded_key", "uses_random",
-           "mark_sharding", "spec_of"]
+           "mark_sharding", "spec_of", "constant", "while_loop"]

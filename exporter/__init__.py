@@ -1,4 +1,7 @@
-"""Public API: convert torch programs to StableHLO artifacts and load saved ones; ``scan_layers`` for deep stacks."""
+"""Public API: convert torch programs to StableHLO artifacts and load saved ones; ``scan_layers`` for deep stacks;
+``export_generate`` for a language model's whole generate loop."""
+import importlib
+
 from .api import export_to_stablehlo
 from .formats.artifact import StableHLOArtifact, load_artifact
 from .divergence import Divergence, find_divergence
@@ -12,4 +15,12 @@ from torch_stablehlo.runtime.spmd import MeshError
 __all__ = ["export_to_stablehlo", "load_artifact", "StableHLOArtifact", "find_divergence", "Divergence",
            "scan_layers", "iree_module", "compile_for_iree", "mark_sharding", "tensor_parallel_shardings", "ExportError", "LoweringError",
            "UnsupportedOpsError", "InputError", "BundleError", "BundleVersionError", "WeightsError",
-           "ShardingError", "MeshError"]
+           "ShardingError", "MeshError", "export_generate", "GenerateArtifact"]
+_NEEDS_TRANSFORMERS = ("export_generate", "GenerateArtifact")
+
+
+def __getattr__(name: str):
+    """``export_generate`` and ``GenerateArtifact``, imported on first use: they need transformers."""
+    if name in _NEEDS_TRANSFORMERS:
+        return getattr(importlib.import_module(".generate", __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

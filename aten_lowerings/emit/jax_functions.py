@@ -22,6 +22,8 @@ from jax import export as jax_export
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import func
 
+from torch_stablehlo.stablehlo_ir.functions import move_functions
+
 from ..values import dtype_of, enclosing_module, value_type
 
 
@@ -99,24 +101,13 @@ def _without_sharding_rules(module: ir.Module) -> str:
 
 
 def _import_functions(text: str, main_name: str, body: ir.Block) -> list[str]:
-    """Copy the functions of ``text`` to the module ``body``, private: ``@main`` as ``main_name``, the others prefixed
-    by it. Returns the dimension variables ``@main``'s leading arguments stand for."""
-    parsed = ir.Module.parse(text)
-    variables = []
-    for op in list(parsed.body.operations):
-        old = ir.StringAttr(op.attributes["sym_name"]).value
-        new = main_name if old == "main" else f"{main_name}__{old}"
-        ir.SymbolTable.replace_all_symbol_uses(old, new, parsed.operation)
-        ir.SymbolTable.set_symbol_name(op, new)
-        op.attributes["sym_visibility"] = ir.StringAttr.get("private")
-        if old == "main":
-            variables = _dim_variables(op)
-            for attribute in ("arg_attrs", "res_attrs"):  # jax.global_constant, jax.result_info: JAX's bookkeeping
-                if attribute in op.attributes:
-                    del op.attributes[attribute]
-    for op in list(parsed.body.operations):
-        op.detach_from_parent()
-        ir.InsertionPoint(body).insert(op)
+    """Copy the functions of ``text`` to the module ``body`` (see ``stablehlo_ir.functions.move_functions``).
+    Returns the dimension variables ``@main``'s leading arguments stand for."""
+    main = move_functions(ir.Module.parse(text), main_name, body)
+    variables = _dim_variables(main)
+    for attribute in ("arg_attrs", "res_attrs"):  # jax.global_constant, jax.result_info: JAX's bookkeeping
+        if attribute in main.attributes:
+            del main.attributes[attribute]
     return variables
 
 

@@ -1,0 +1,131 @@
+"""Decode speed of ``export_generate`` against transformers' eager ``generate`` and the memory roofline.
+
+A 60M-parameter Llama-style decoder (8 layers, 512 wide, 8 heads of 64, 32k vocabulary, seeded random weights),
+static cache of 1024, a 16-token prompt, greedy, no eos (every call makes all its tokens). Both sides get the same
+CPUs: the process is pinned to ``--threads`` CPUs before torch and XLA start, torch uses that many threads.
+
+- ``HF eager``: ``model.generate(cache_implementation="static")`` under ``torch.no_grad``;
+- ``export_generate``: the artifact's call (inputs placed, prefill, the whole decode loop, tokens back);
+- ``roofline``: the bytes one decode step must read, the weights and the whole static cache, over the memory
+  bandwidth XLA reaches in this run summing a 512 MB array.
+
+ms/token is the decode alone: (time for ``--new-tokens`` tokens - time for 1 token) / (``--new-tokens`` - 1), so the
+prefill cancels out; medians of ``--repeats`` calls, alternating. Then tokens/s at batch 8, both sides.
+Target: export_generate <= 1.1x the roofline.
+
+    .venv/bin/python bench/generate_speed.py [--threads 2] [--repeats 3] [--new-tokens 64] [--small]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+FULL = dict(hidden_size=512, intermediate_size=1376, num_hidden_layers=8, num_attention_heads=8,
+            num_key_value_heads=8, vocab_size=32000, max_cache_len=1024)
+SMALL = dict(hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
+             num_key_value_heads=4, vocab_size=4096, max_cache_len=128)
+PROMPT_LEN, BATCHES, TARGET = 16, (1, 8), 1.1
+BANDWIDTH_BYTES = 512 * 1024 ** 2
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--new-tokens", type=int, default=64)
+    parser.add_argument("--small", action="store_true", help="a 2-layer, 128-wide decoder: runs in seconds")
+    options = parser.parse_args()
+    os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:options.threads])  # before torch/XLA make pools
+
+    import torch  # after pinning: torch and XLA size their thread pools to the CPUs they may use
+
+    torch.set_num_threads(options.threads)
+    sizes = dict(SMALL if options.small else FULL)
+    cache_len = sizes.pop("max_cache_len")
+    model = decoder(sizes)
+    weights = sum(p.numel() * p.element_size() for p in model.parameters())
+    bandwidth = memory_bandwidth(options.repeats)
+    print(f"threads: {options.threads}; {sum(p.numel() for p in model.parameters()) / 1e6:.0f}M parameters "
+          f"({weights / 1e6:.0f} MB), cache {cache_len}, prompt {PROMPT_LEN}, {options.new_tokens} new tokens, "
+          f"bandwidth {bandwidth / 1e9:.1f} GB/s (XLA summing {BANDWIDTH_BYTES // 1024 ** 2} MB)")
+    print(f"{'batch':>5}  {'HF eager':>14}  {'export_generate':>16}  {'roofline':>14}  {'ours/eager':>10}  "
+          f"{'ours/roofline':>13}  target")
+    for batch in BATCHES:
+        cache = 2 * sizes["num_hidden_layers"] * batch * sizes["num_key_value_heads"] * cache_len * (
+            sizes["hidden_size"] // sizes["num_attention_heads"]) * 4
+        roofline = (weights + cache) / bandwidth
+        eager, ours = decode_seconds(model, batch, cache_len, options.new_tokens, options.repeats)
+        verdict = ("ok" if ours <= TARGET * roofline else "MISSED") if batch == 1 else ""
+        print(f"{batch:>5}  {rate(eager, batch):>14}  {rate(ours, batch):>16}  {rate(roofline, batch):>14}  "
+              f"{ours / eager:>10.2f}  {ours / roofline:>13.2f}  {f'<= {TARGET}x roofline ' + verdict if verdict else ''}")
+
+
+def decoder(sizes: dict):
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(max_position_embeddings=4096, **sizes)).eval()
+    model.generation_config.eos_token_id, model.generation_config.pad_token_id = None, 0  # every token made
+    return model
+
+
+def memory_bandwidth(repeats: int) -> float:
+    """Bytes per second XLA reads summing a 512 MB float32 array already on the device (best of the calls)."""
+    import jax
+    import jax.numpy as jnp
+
+    array = jax.device_put(jnp.ones(BANDWIDTH_BYTES // 4, jnp.float32))
+    total = jax.jit(jnp.sum)
+    total(array).block_until_ready()
+    seconds = []
+    for _ in range(max(repeats, 3)):
+        start = time.perf_counter()
+        total(array).block_until_ready()
+        seconds.append(time.perf_counter() - start)
+    return BANDWIDTH_BYTES / min(seconds)
+
+
+def decode_seconds(model, batch: int, cache_len: int, new_tokens: int, repeats: int) -> tuple[float, float]:
+    """Seconds per decode step of HF eager generate and of export_generate's artifact (see the module doc)."""
+    import torch
+
+    from torch_stablehlo import exporter
+
+    prompt = torch.randint(3, model.config.vocab_size, (batch, PROMPT_LEN))
+    artifacts = {n: exporter.export_generate(model, prompt, max_new_tokens=n, max_cache_len=cache_len)
+                 for n in (1, new_tokens)}
+    runs = {("eager", n): (lambda n=n: hf_generate(model, prompt, n, cache_len)) for n in artifacts}
+    runs.update({("ours", n): (lambda n=n: artifacts[n](prompt)) for n in artifacts})
+    for run in runs.values():  # warm-up: compiles, caches
+        run()
+    times = {key: [] for key in runs}
+    for _ in range(repeats):
+        for key, run in runs.items():
+            start = time.perf_counter()
+            run()
+            times[key].append(time.perf_counter() - start)
+    median = {key: statistics.median(values) for key, values in times.items()}
+    return tuple((median[(side, new_tokens)] - median[(side, 1)]) / (new_tokens - 1) for side in ("eager", "ours"))
+
+
+def hf_generate(model, prompt, new_tokens: int, cache_len: int):
+    import torch
+
+    with torch.no_grad():
+        return model.generate(prompt, max_new_tokens=new_tokens, do_sample=False, cache_implementation="static",
+                              max_cache_len=cache_len)
+
+
+def rate(seconds_per_step: float, batch: int) -> str:
+    return f"{seconds_per_step * 1e3:.1f} ms/token" if batch == 1 else f"{batch / seconds_per_step:.0f} tok/s"
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,142 @@
+"""The generate module: ``@main`` calls the converted prefill, then one ``stablehlo.while`` whose body calls the
+converted decode step while a step is due, and returns the tokens up to the prompt plus ``max_new_tokens``.
+
+The two steps are artifacts of ``export_to_stablehlo`` (``steps.Prefill``, ``steps.Decode``); their functions are
+moved into one module, private. Their weights become ``@main``'s leading arguments once each: parameters and
+buffers are shared by name (the same model's tensors), each step's lifted constants stay its own
+(``prefill.lifted_tensor_0``). The loop carries every value the prefill returns (the state ``steps`` describes),
+by the names the steps give them; it adds nothing of its own, so the module's size does not depend on
+``max_new_tokens``.
+The decode step's cache writes (one column, a scatter that XLA makes an in-place update slice) update the
+carried cache in place: the step is called once per iteration and the cache is carried in the form attention
+reads (``steps.CarriedLayer``), so no copy of it is made.
+
+Where the program samples, ``@main`` takes ``rng_seed`` and gives each step a seed of its own (the step's cursor
+mixed in), so every step draws new numbers and one seed reproduces them all.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+from jaxlib.mlir import ir
+from jaxlib.mlir.dialects import func, stablehlo
+
+from torch_stablehlo.aten_lowerings import RNG_SEED_DTYPE, constant, while_loop
+from torch_stablehlo.stablehlo_ir.functions import move_functions
+from torch_stablehlo.stablehlo_ir.mlir_context import make_context
+
+from ..conversion.signature import InputSlot
+from ..formats.artifact import StableHLOArtifact
+
+STEP_SEEDS = 1 << 20  # per-step seeds: rng_seed * STEP_SEEDS + the step's cursor (cursors stay below this)
+
+
+@dataclasses.dataclass
+class ComposedProgram:
+    stablehlo_text: str
+    weight_slots: list[InputSlot]        # @main's leading arguments
+    weights: dict[str, torch.Tensor]     # by slot target
+
+
+def merged_weights(steps: dict[str, StableHLOArtifact]) -> tuple[list[InputSlot], dict, dict[str, list[str]]]:
+    """(the weight slots of ``@main``, their tensors, per step the targets its ``@main`` takes in order)."""
+    slots: dict[str, InputSlot] = {}
+    weights: dict[str, torch.Tensor] = {}
+    taken: dict[str, list[str]] = {}
+    for step, artifact in steps.items():
+        taken[step] = []
+        for slot in artifact.signature.weights:
+            target = f"{step}.{slot.target}" if slot.kind == "constant" else slot.target
+            if target not in slots:  # a parameter or buffer the other step has too: the same model's tensor
+                slots[target] = dataclasses.replace(slot, name=target, target=target,
+                                                    tensor=dataclasses.replace(slot.tensor, name=target))
+                weights[target] = artifact.weights[slot.target]
+            taken[step].append(target)
+    return list(slots.values()), weights, taken
+
+
+def compose(prefill: StableHLOArtifact, decode: StableHLOArtifact, max_new_tokens: int) -> ComposedProgram:
+    """The generate module over the two converted steps (see the module's docstring)."""
+    steps = {"prefill": prefill, "decode": decode}
+    weight_slots, weights, taken = merged_weights(steps)
+    sampling = prefill.signature.takes_rng_seed or decode.signature.takes_rng_seed
+    with make_context(), ir.Location.unknown():
+        module = ir.Module.create()
+        functions = {step: move_functions(ir.Module.parse(a.stablehlo_text), step, module.body)
+                     for step, a in steps.items()}
+        argument_types = {step: ir.FunctionType(ir.TypeAttr(f.attributes["function_type"]).value).inputs
+                          for step, f in functions.items()}
+        weight_types = {t: ty for step in steps for t, ty in zip(taken[step], argument_types[step])}
+        prompt_types = argument_types["prefill"][len(taken["prefill"]):][:2]  # input_ids, attention_mask
+        seed_types = [ir.RankedTensorType.get([], ir.IntegerType.get_signless(64))] if sampling else []
+        names = [s.name for s in weight_slots] + ["input_ids", "attention_mask"] + (["rng_seed"] if sampling else [])
+        batch = ir.RankedTensorType(prompt_types[0]).shape[0]
+        result = ir.RankedTensorType.get([batch, ir.ShapedType.get_dynamic_size()], ir.IntegerType.get_signless(64))
+        with ir.InsertionPoint.at_block_begin(module.body):
+            main = func.FuncOp("main", ([weight_types[s.target] for s in weight_slots] + prompt_types + seed_types,
+                                        [result]))
+            main.attributes["sym_visibility"] = ir.StringAttr.get("public")
+            block = main.add_entry_block(arg_locs=[ir.Location.name(n) for n in names])
+        arguments = dict(zip(names, block.arguments))
+        with ir.InsertionPoint(block):
+            _GenerateMain(steps, functions, taken, arguments, sampling).emit(max_new_tokens)
+        text = module.operation.get_asm(enable_debug_info=True)
+    return ComposedProgram(text, weight_slots, weights)
+
+
+class _GenerateMain:
+    """Emits ``@main``'s body at the current insertion point."""
+
+    def __init__(self, steps, functions, taken, arguments, sampling: bool):
+        self.steps, self.functions, self.taken, self.arguments = steps, functions, taken, arguments
+        self.sampling = sampling
+
+    def call(self, step: str, inputs: dict, cursor: ir.Value | None) -> dict:
+        """Call the ``step`` function on ``inputs`` (by its input names) after its weights; its results by name."""
+        signature = self.steps[step].signature
+        operands = [self.arguments[t] for t in self.taken[step]]
+        operands += [inputs[_output_name(s.tensor.name)] for s in signature.user_inputs if s.tensor is not None]
+        if signature.takes_rng_seed:
+            operands.append(self.step_seed(cursor))
+        function_type = ir.FunctionType(ir.TypeAttr(self.functions[step].attributes["function_type"]).value)
+        call = func.CallOp(function_type.results, ir.FlatSymbolRefAttr.get(step), operands)
+        return {slot.tensor.name: value for slot, value in zip(signature.main_outputs, call.results)}
+
+    def step_seed(self, cursor: ir.Value | None) -> ir.Value:
+        seed = stablehlo.multiply(self.arguments["rng_seed"], constant(STEP_SEEDS, RNG_SEED_DTYPE))
+        return seed if cursor is None else stablehlo.add(seed, cursor)
+
+    def emit(self, max_new_tokens: int) -> None:
+        prompt = {"input_ids": self.arguments["input_ids"], "attention_mask": self.arguments["attention_mask"]}
+        first = self.call("prefill", prompt, None)
+        names = list(first)  # the state, the caches, then padding and prompt_len (passed through unchanged)
+
+        def body(*values):
+            state = dict(zip(names, values))
+            state.update(self.call("decode", state, state["cursor"]))
+            return [state[name] for name in names]
+
+        final = dict(zip(names, while_loop([first[name] for name in names],
+                                           lambda *values: values[names.index("going")], body)))
+        self.emit_return(final["tokens"], max_new_tokens)
+
+    def emit_return(self, tokens: ir.Value, max_new_tokens: int) -> None:
+        """Return ``tokens[:, :prompt + max_new_tokens]``."""
+        i64 = torch.int64
+        prompt = stablehlo.convert(ir.RankedTensorType.get([1], ir.IntegerType.get_signless(64)),
+                                   stablehlo.reshape(ir.RankedTensorType.get([1], ir.IntegerType.get_signless(32)),
+                                                     stablehlo.get_dimension_size(self.arguments["input_ids"], 1)))
+        batch = ir.RankedTensorType(tokens.type).shape[0]
+        limit = stablehlo.concatenate([constant(batch, i64, [1]),
+                                       stablehlo.add(prompt, constant(max_new_tokens, i64, [1]))], 0)
+        result = ir.RankedTensorType.get([batch, ir.ShapedType.get_dynamic_size()], ir.RankedTensorType(tokens.type).element_type)
+        sliced = stablehlo.real_dynamic_slice(result, tokens, constant(0, i64, [2]), limit, constant(1, i64, [2]))
+        func.ReturnOp([sliced])
+
+
+def _output_name(input_name: str) -> str:
+    """The step output that feeds an input of that name (torch.export names list items ``caches_0``; outputs
+    are named ``caches.0``)."""
+    head, _, index = input_name.rpartition("_")
+    return f"{head}.{index}" if index.isdigit() else input_name

@@ -1,0 +1,100 @@
+"""What one generate program does: the arguments of ``export_generate`` and the model's ``generation_config``,
+checked and resolved before anything is traced.
+
+``model.generate`` reads its ``generation_config`` for everything not passed explicitly. Every setting there that
+changes which tokens come out is either honoured here (``HONOURED``) or refused with an error naming it
+(``REFUSED``); none is silently ignored. Sampling is set by ``export_generate``'s own arguments only.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+# generation_config settings that change the tokens, with the value that changes nothing (None: unset)
+HONOURED = {"eos_token_id": None, "pad_token_id": None, "min_new_tokens": None, "min_length": None,
+            "repetition_penalty": 1.0, "no_repeat_ngram_size": 0, "bad_words_ids": None, "suppress_tokens": None}
+REFUSED = {"num_beams": 1, "num_return_sequences": 1, "penalty_alpha": None, "dola_layers": None,
+           "guidance_scale": 1.0, "sequence_bias": None, "encoder_repetition_penalty": 1.0,
+           "encoder_no_repeat_ngram_size": 0, "forced_bos_token_id": None, "forced_eos_token_id": None,
+           "begin_suppress_tokens": None, "exponential_decay_length_penalty": None, "watermarking_config": None,
+           "stop_strings": None, "max_time": None, "force_words_ids": None, "constraints": None,
+           "diversity_penalty": 0.0, "num_beam_groups": 1, "min_p": None, "typical_p": 1.0, "epsilon_cutoff": 0.0,
+           "eta_cutoff": 0.0, "top_h": None, "renormalize_logits": False, "remove_invalid_values": False,
+           "prompt_lookup_num_tokens": None, "use_mtp": False, "token_healing": False}
+
+CACHE_ROUNDING = 64  # max_cache_len=None: the example prompt + max_new_tokens, rounded up to a multiple of this
+
+
+@dataclass(frozen=True)
+class GenerationSettings:
+    """Everything the generate program's token choice needs, as plain Python values (baked into the program)."""
+    max_new_tokens: int
+    max_cache_len: int
+    eos_token_ids: tuple[int, ...]
+    pad_token_id: int
+    min_new_tokens: int = 0
+    min_length: int = 0
+    repetition_penalty: float = 1.0
+    no_repeat_ngram_size: int = 0
+    bad_words_ids: tuple[tuple[int, ...], ...] = ()
+    suppress_tokens: tuple[int, ...] = ()
+    do_sample: bool = False
+    temperature: float = 1.0
+    top_k: int | None = None
+    top_p: float | None = None
+
+    @property
+    def max_prompt_len(self) -> int:
+        """The longest prompt (padding included) whose new tokens all fit in the cache."""
+        return self.max_cache_len - self.max_new_tokens
+
+
+def resolve_settings(generation_config, prompt_len: int, vocab_size: int, *, max_new_tokens: int, max_cache_len,
+                     do_sample: bool, temperature: float, top_k, top_p, eos_token_id, pad_token_id) -> GenerationSettings:
+    """The settings of one generate program; raises ValueError naming each refused or impossible setting."""
+    refused = [f"{name}={getattr(generation_config, name)!r}" for name, neutral in REFUSED.items()
+               if getattr(generation_config, name, None) not in (None, neutral)]
+    if refused:
+        raise ValueError(f"export_generate does not implement the generation_config setting(s) {', '.join(refused)}; "
+                         f"set them to None on model.generation_config (it honours {', '.join(HONOURED)})")
+    if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be a positive int, got {max_new_tokens!r}")
+    if max_cache_len is None:
+        max_cache_len = math.ceil((prompt_len + max_new_tokens) / CACHE_ROUNDING) * CACHE_ROUNDING
+    if max_cache_len < prompt_len + max_new_tokens:
+        raise ValueError(f"max_cache_len={max_cache_len} cannot hold the example prompt ({prompt_len} tokens) and "
+                         f"max_new_tokens={max_new_tokens}; give at least {prompt_len + max_new_tokens}")
+    eos = _token_ids(eos_token_id if eos_token_id is not None else generation_config.eos_token_id)
+    pad = pad_token_id if pad_token_id is not None else generation_config.pad_token_id
+    if pad is None:  # as model.generate: the first eos pads the rows that have finished
+        pad = eos[0] if eos else 0
+    if do_sample:
+        if not temperature > 0:
+            raise ValueError(f"temperature must be > 0 when sampling, got {temperature!r}")
+        if top_k is not None and not (isinstance(top_k, int) and top_k >= 1):
+            raise ValueError(f"top_k must be a positive int or None, got {top_k!r}")
+        if top_p is not None and not 0 < top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1] or None, got {top_p!r}")
+    elif (temperature, top_k, top_p) != (1.0, None, None):
+        raise ValueError(f"temperature={temperature!r}, top_k={top_k!r}, top_p={top_p!r} only apply when sampling: "
+                         "pass do_sample=True, or leave them at 1.0, None, None for greedy decoding")
+    bad_words = tuple(tuple(int(t) for t in word) for word in (generation_config.bad_words_ids or ())
+                      if list(word) not in [[e] for e in eos])  # as transformers: a lone eos is never banned
+    ids = [*eos, int(pad), *(t for word in bad_words for t in word), *(generation_config.suppress_tokens or ())]
+    outside = sorted({t for t in ids if not 0 <= t < vocab_size})
+    if outside:
+        raise ValueError(f"token id(s) {outside} (eos, pad, bad words or suppressed tokens) are outside the "
+                         f"vocabulary of {vocab_size}")
+    return GenerationSettings(
+        max_new_tokens=max_new_tokens, max_cache_len=int(max_cache_len), eos_token_ids=eos, pad_token_id=int(pad),
+        min_new_tokens=int(generation_config.min_new_tokens or 0), min_length=int(generation_config.min_length or 0),
+        repetition_penalty=float(generation_config.repetition_penalty or 1.0),
+        no_repeat_ngram_size=int(generation_config.no_repeat_ngram_size or 0), bad_words_ids=bad_words,
+        suppress_tokens=tuple(int(t) for t in generation_config.suppress_tokens or ()), do_sample=bool(do_sample),
+        temperature=float(temperature), top_k=top_k, top_p=top_p)
+
+
+def _token_ids(value) -> tuple[int, ...]:
+    if value is None:
+        return ()
+    return tuple(int(v) for v in (value if isinstance(value, (list, tuple)) else [value]))

@@ -1,0 +1,210 @@
+"""The two torch programs a generate program is made of: ``Prefill`` (the prompt, any length) and ``Decode`` (one
+token), each ending with the same choice of the next token.
+
+Both are functional: the KV cache comes in as tensors and goes out as new ones (``CarriedLayer`` writes it out of
+place with ``index_copy``), so the converted functions compose into one ``stablehlo.while`` (``compose.py``).
+
+The carried state, by name (``Decode`` takes and returns it; ``Prefill`` makes it):
+- ``tokens`` [batch, max_cache_len]: the prompt (left padding included), the tokens chosen so far, the pad token after;
+- ``cursor`` (0-d): the column of the last token written, the one the next step reads;
+- ``done`` [batch]: rows that have produced an eos (they get the pad token from then on);
+- ``going`` (0-d bool): another step is due (a token left to make and a row not done);
+- ``caches.<i>``: each layer's keys then values, [batch * kv heads, max_cache_len, head dim].
+``Prefill`` also returns what stays fixed: ``padding`` [batch, max_cache_len] (the prompt's attention mask, ones
+after it) and ``prompt_len`` (0-d, the prompt's columns).
+
+Positions come from the mask as ``model.generate`` makes them: a token's position is the number of real tokens
+before it; the attention mask given to the model is ``padding``, so pad columns are never attended to.
+"""
+from __future__ import annotations
+
+import torch
+from transformers.cache_utils import Cache, StaticLayer, get_layer_types_and_kwargs
+from transformers.configuration_utils import get_head_shapes
+
+from .settings import GenerationSettings
+
+
+class CarriedLayer(StaticLayer):
+    """A static cache layer over given key and value tensors that writes new entries out of place.
+
+    The tensors are [batch * kv heads, max_cache_len, head dim], the form attention reads them in (a free view of
+    the [batch, kv heads, ...] the model sees), so the written tensor is the one attention reads and the one
+    the loop carries: XLA then updates it in place."""
+
+    def __init__(self, keys: torch.Tensor, values: torch.Tensor, offset: torch.Tensor, batch: int):
+        super().__init__(max_cache_len=keys.shape[1])
+        self.cumulative_length = offset
+        self.batch_size, self.num_heads = batch, keys.shape[0] // batch
+        self.k_head_dim, self.v_head_dim = keys.shape[-1], values.shape[-1]
+        self.device = keys.device
+        self.is_initialized = True
+        self.hold(keys, values)
+
+    def hold(self, keys: torch.Tensor, values: torch.Tensor) -> None:
+        """Carry these [batch * kv heads, ...] tensors; the model sees them as [batch, kv heads, ...]."""
+        self.flat_keys, self.flat_values = keys, values
+        self.keys = keys.view(self.batch_size, self.num_heads, *keys.shape[1:])
+        self.values = values.view(self.batch_size, self.num_heads, *values.shape[1:])
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        columns = torch.arange(key_states.shape[-2], device=self.device) + self.cumulative_length
+        self.cumulative_length = self.cumulative_length + key_states.shape[-2]
+        self.hold(self.flat_keys.index_copy(1, columns, key_states.flatten(0, 1)),
+                  self.flat_values.index_copy(1, columns, value_states.flatten(0, 1)))
+        return self.keys, self.values
+
+
+def cache_shapes(model, batch: int, max_cache_len: int) -> list[tuple[int, ...]]:
+    """The shape of each cache tensor (keys and values per layer); refuses models whose layers are not all
+    full attention (sliding windows, chunked or linear attention need other caches)."""
+    config = model.config.get_text_config(decoder=True)
+    layer_types, _ = get_layer_types_and_kwargs(config)
+    other = sorted(set(layer_types) - {"full_attention"})
+    if other:
+        raise NotImplementedError(f"export_generate handles decoders whose layers all use full attention with a "
+                                  f"static cache; this model has {', '.join(other)} layers")
+    heads, head_dim = get_head_shapes(config)
+    per_layer = zip(_per_layer(heads, len(layer_types)), _per_layer(head_dim, len(layer_types)))
+    return [(batch * h, max_cache_len, d) for h, d in per_layer for _ in ("keys", "values")]
+
+
+def _per_layer(value, layers: int) -> list[int]:
+    return list(value) if isinstance(value, (list, tuple)) else [value] * layers
+
+
+class Step(torch.nn.Module):
+    """The model run on some tokens at some cache columns, then the next token chosen as ``generate`` would."""
+
+    def __init__(self, model, settings: GenerationSettings):
+        super().__init__()
+        self.model = model
+        self.settings = settings
+
+    def run_model(self, input_ids, padding, positions, offset, caches):
+        """Last-position logits (float32) and the new caches, for ``input_ids`` written at columns ``offset``, ..."""
+        batch = input_ids.shape[0]
+        layers = [CarriedLayer(caches[i], caches[i + 1], offset, batch) for i in range(0, len(caches), 2)]
+        cache = Cache(layers=layers)
+        logits = self.model(input_ids=input_ids, attention_mask=padding, position_ids=positions, cache=cache,
+                            use_cache=True, logits_to_keep=1).logits[:, -1].float()
+        return logits, [t for layer in layers for t in (layer.flat_keys, layer.flat_values)]
+
+    def choose(self, logits, tokens, column, prompt_len, done) -> dict:
+        """Write the token for ``column`` (chosen from ``logits``; pad where the row is done) into ``tokens``; the
+        carried state after it."""
+        settings = self.settings
+        scores = self.processed(logits, tokens, column, prompt_len)
+        if settings.do_sample:
+            chosen = sampled(scores, settings)
+        else:
+            chosen = scores.argmax(-1)
+        pad = torch.full_like(chosen, settings.pad_token_id)
+        chosen = torch.where(done, pad, chosen)
+        if settings.eos_token_ids:
+            done = done | torch.isin(chosen, torch.tensor(settings.eos_token_ids, device=chosen.device))
+        tokens = tokens.index_copy(1, column.reshape(1), chosen.unsqueeze(1))
+        last = prompt_len + settings.max_new_tokens - 1  # the column of the last new token
+        going = (column < last) & ~done.all()
+        return {"tokens": tokens, "cursor": column, "done": done, "going": going}
+
+    def processed(self, logits, tokens, column, prompt_len):
+        """The scores after the logits processors ``generate`` applies for these settings (``tokens`` before
+        ``column`` are the sequence so far)."""
+        settings = self.settings
+        written = torch.arange(tokens.shape[1], device=tokens.device) < column  # [max_cache_len]
+        scores = logits
+        if settings.repetition_penalty != 1.0:
+            seen = torch.zeros_like(scores).scatter_add(1, tokens, written.to(scores.dtype).expand_as(tokens)) > 0
+            penalised = torch.where(scores < 0, scores * settings.repetition_penalty,
+                                    scores / settings.repetition_penalty)
+            scores = torch.where(seen, penalised, scores)
+        if settings.no_repeat_ngram_size:
+            scores = scores.masked_fill(repeated_ngram_ends(tokens, column, settings.no_repeat_ngram_size,
+                                                            scores.shape[1]), float("-inf"))
+        banned = [word[-1] for word in settings.bad_words_ids if len(word) == 1] + list(settings.suppress_tokens)
+        if banned:
+            scores = scores.index_fill(1, torch.tensor(banned, device=scores.device), float("-inf"))
+        for word in (w for w in settings.bad_words_ids if len(w) > 1):
+            follows = suffix_is(tokens, column, word[:-1]).unsqueeze(1)
+            only = torch.arange(scores.shape[1], device=scores.device) == word[-1]
+            scores = scores.masked_fill(follows & only, float("-inf"))
+        if settings.eos_token_ids and (settings.min_new_tokens or settings.min_length):
+            early = (column - prompt_len < settings.min_new_tokens) | (column < settings.min_length)
+            is_eos = torch.isin(torch.arange(scores.shape[1], device=scores.device),
+                                torch.tensor(settings.eos_token_ids, device=scores.device))
+            scores = scores.masked_fill(early & is_eos, float("-inf"))
+        return scores
+
+
+def suffix_is(tokens, column, word) -> torch.Tensor:
+    """Per row, whether the tokens just before ``column`` are ``word`` (False where fewer have been written)."""
+    size = len(word)
+    where = (column - size + torch.arange(size, device=tokens.device)).clamp(min=0)
+    recent = tokens.index_select(1, where)
+    return (recent == torch.tensor(word, device=tokens.device)).all(1) & (column >= size)
+
+
+def repeated_ngram_ends(tokens, column, size: int, vocab: int) -> torch.Tensor:
+    """[batch, vocab]: the tokens that would complete an n-gram of ``size`` already in the sequence before
+    ``column`` (transformers' ``NoRepeatNGramLogitsProcessor`` over the written part of ``tokens``)."""
+    windows = tokens.unfold(1, size, 1)  # [batch, columns - size + 1, size]
+    starts = torch.arange(windows.shape[1], device=tokens.device)
+    prefix = tokens.index_select(1, (column - size + 1 + torch.arange(size - 1, device=tokens.device)).clamp(min=0))
+    matches = (windows[..., :-1] == prefix.unsqueeze(1)).all(-1) & (starts + size <= column) & (column >= size)
+    spare = torch.full_like(windows[..., -1], vocab)  # non-matching windows land past the vocabulary
+    banned = torch.zeros(tokens.shape[0], vocab + 1, dtype=torch.bool, device=tokens.device)
+    return banned.scatter(1, torch.where(matches, windows[..., -1], spare), True)[:, :vocab]
+
+
+def sampled(scores, settings: GenerationSettings) -> torch.Tensor:
+    """One token per row drawn from softmax(scores / temperature) restricted to the top-k, then top-p, set
+    (transformers' warpers), by the Gumbel-max trick."""
+    scores = scores / settings.temperature
+    if settings.top_k is not None and settings.top_k < scores.shape[1]:
+        kth = torch.topk(scores, settings.top_k).values[:, -1:]
+        scores = scores.masked_fill(scores < kth, float("-inf"))
+    if settings.top_p is not None and settings.top_p < 1.0:
+        ascending, order = torch.sort(scores, descending=False)
+        cumulative = ascending.softmax(-1).cumsum(-1)
+        drop = cumulative <= 1 - settings.top_p
+        drop[:, -1] = False  # the most likely token always stays
+        scores = scores.masked_fill(torch.zeros_like(drop).scatter(1, order, drop), float("-inf"))
+    uniform = torch.rand_like(scores).clamp(min=torch.finfo(scores.dtype).tiny)
+    return (scores - torch.log(-torch.log(uniform))).argmax(-1)
+
+
+class Prefill(Step):
+    """The prompt through the model from an empty cache, and the first new token."""
+
+    def __init__(self, model, settings: GenerationSettings, cache_shapes: list):
+        super().__init__(model, settings)
+        self.cache_shapes = cache_shapes
+
+    def forward(self, input_ids, attention_mask):
+        batch, prompt_len = input_ids.shape
+        size = self.settings.max_cache_len
+        padding = torch.ones(batch, size, dtype=attention_mask.dtype, device=input_ids.device)
+        padding = padding.slice_scatter(attention_mask, 1, 0, prompt_len)
+        positions = (attention_mask.cumsum(-1) - 1).masked_fill(attention_mask == 0, 0)
+        zeros = [torch.zeros(shape, dtype=self.model.dtype, device=input_ids.device) for shape in self.cache_shapes]
+        offset = torch.zeros((), dtype=torch.int64, device=input_ids.device)
+        logits, caches = self.run_model(input_ids, padding, positions, offset, zeros)
+        tokens = torch.full((batch, size), self.settings.pad_token_id, dtype=input_ids.dtype, device=input_ids.device)
+        tokens = tokens.slice_scatter(input_ids, 1, 0, prompt_len)
+        column = offset + prompt_len
+        done = torch.zeros(batch, dtype=torch.bool, device=input_ids.device)
+        state = self.choose(logits, tokens, column, column, done)
+        return {**state, "caches": caches, "padding": padding, "prompt_len": column}
+
+
+class Decode(Step):
+    """One step: the token at ``cursor`` through the model, the next one chosen and written after it."""
+
+    def forward(self, tokens, cursor, done, caches, padding, prompt_len):
+        input_ids = tokens.index_select(1, cursor.reshape(1))
+        written = torch.arange(tokens.shape[1], device=tokens.device) < cursor
+        positions = (padding * written).sum(-1, keepdim=True)  # real tokens before the cursor
+        logits, caches = self.run_model(input_ids, padding, positions, cursor, caches)
+        state = self.choose(logits, tokens, cursor + 1, prompt_len, done)
+        return {**state, "caches": caches}
