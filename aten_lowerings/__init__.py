@@ -19,10 +19,11 @@ from . import (  # noqa: F401  (each import registers its rules)
     sharding,
     sorting,
 )
-from .context import LoweringContext
 from .emit.padded import PaddedDims, is_padded, keeps_padding
 from .emit.random_bits import RANDOM_OPS, RNG_SEED_DTYPE, RNG_SEED_NAME, seeded_key, uses_random
-from .helpers import constant, while_loop
+from .constants import constant
+from .context import LoweringContext
+from .emit.loops import while_loop
 from .mlir_types import tensor_type
 from .registry import LOWERINGS, lower, lowering_for, op_name
 from .sharding import mark_sharding, spec_of
