@@ -12,12 +12,13 @@ from torch_stablehlo.quantize import lowering_graph, plain_quantized_weights, pr
 from torch_stablehlo.stablehlo_ir.mlir_context import make_context
 
 from .formats.artifact import StableHLOArtifact
-from .errors import UnsupportedOpsError
+from .formats.weights import has_data
+from .errors import LoweringError, UnsupportedOpsError
 from .conversion.graph_lowering import GraphLowering, unsupported_targets
-from .conversion.inplace import unfunctionalised_mutations
+from .conversion.inplace import unfunctionalised_mutations, written_placeholders
 from .conversion.locations import describe
 from .conversion.sharding import shard_signature
-from .conversion.signature import signature_of
+from .conversion.signature import RETURNED_KINDS, STATE, input_kinds, signature_of
 from .conversion.weight_stacks import fold_weight_stacks
 
 
@@ -64,23 +65,48 @@ def decompose_unsupported(program: ExportedProgram) -> ExportedProgram:
 
     ``run_decompositions`` re-traces the whole program (about 1 s for GPT-2), so
     it runs only when the graph has an op we cannot lower or a mutation the walk cannot functionalise
-    itself (``exporter.conversion.inplace``: one of a user input, parameter or buffer, or of an alias read later),
-    again while a decomposition leaves new ops without a lowering; raises once,
-    listing every op that has neither a lowering nor a decomposition.
+    itself (``exporter.conversion.inplace``: one of a user input or parameter, of part of the state, or of an
+    alias read later), again while a decomposition leaves new ops without a lowering; raises once,
+    listing every op that has neither a lowering nor a decomposition, and LoweringError for a write that is
+    still not carried after it.
     """
-    missing = unsupported_targets(program.graph_module, _state(program))
+    missing = unsupported_targets(program.graph_module, _returned(program))
     decomposable = _decompositions(missing)
-    if decomposable or unfunctionalised_mutations(program.graph_module, _state(program)):
+    mutations = unfunctionalised_mutations(program.graph_module, _returned(program))
+    _refuse_uncarried_constants(program, mutations)
+    if decomposable or mutations:
         program = program.run_decompositions(decomposable)
-        missing = unsupported_targets(program.graph_module, _state(program))
+        missing = unsupported_targets(program.graph_module, _returned(program))
     tried = set(decomposable)
     while decomposable := {t: d for t, d in _decompositions(missing).items() if t not in tried}:
         tried |= set(decomposable)
         program = program.run_decompositions(decomposable)
-        missing = unsupported_targets(program.graph_module, _state(program))
+        missing = unsupported_targets(program.graph_module, _returned(program))
     if missing:
         raise UnsupportedOpsError({op_name(t): (len(nodes), describe(nodes[0])) for t, nodes in missing.items()})
+    uncarried = unfunctionalised_mutations(program.graph_module, _returned(program))
+    if uncarried:
+        raise LoweringError(f"{len(uncarried)} in-place write(s) cannot be carried, e.g. {op_name(uncarried[0].target)} "
+                            f"at {describe(uncarried[0])} ({uncarried[0].format_node()}): it writes part of a tensor "
+                            "that is read again through another alias, or state torch did not functionalise; "
+                            "write the whole tensor (index_copy_, copy_) instead")
     return program
+
+
+def _refuse_uncarried_constants(program: ExportedProgram, mutations: list[torch.fx.Node]) -> None:
+    """Raise LoweringError for a write the walk cannot carry (part of a tensor, through a view) into a lifted
+    constant: ``run_decompositions`` cannot functionalise those either."""
+    placeholders = [n for n in program.graph.nodes if n.op == "placeholder"]
+    constants = {n: spec.target for n, spec in zip(placeholders, program.graph_signature.input_specs)
+                 if spec.kind == InputKind.CONSTANT_TENSOR}
+    for node, written in written_placeholders(program.graph_module, mutations).items():
+        for placeholder in written & set(constants):
+            raise LoweringError(
+                f"{op_name(node.target)} at {describe(node)} writes part of the lifted constant "
+                f"'{constants[placeholder]}' through a view ({node.format_node()}): that state cannot be carried "
+                "from call to call (the walk carries whole-tensor writes such as index_copy_ and copy_; torch "
+                "cannot functionalise writes to constants); register the tensor as a buffer "
+                "(register_buffer(..., persistent=False)) or write the whole tensor")
 
 
 def _decompositions(targets) -> dict:
@@ -100,20 +126,23 @@ def _decompositions(targets) -> dict:
     return found
 
 
-def _state(program: ExportedProgram) -> list[torch.fx.Node]:
-    """The placeholders whose writes the program returns: user inputs, parameters and buffers."""
+def _returned(program: ExportedProgram) -> list[torch.fx.Node]:
+    """The placeholders whose writes the program returns as outputs of its own (see ``input_kinds``)."""
     placeholders = [n for n in program.graph.nodes if n.op == "placeholder"]
-    kinds = (InputKind.USER_INPUT, InputKind.PARAMETER, InputKind.BUFFER)
-    return [n for n, spec in zip(placeholders, program.graph_signature.input_specs) if spec.kind in kinds]
+    return [n for n, kind in zip(placeholders, input_kinds(program)) if kind in RETURNED_KINDS]
 
 
 def program_weights(program: ExportedProgram, signature) -> dict[str, torch.Tensor]:
-    """The program's own tensors (never copies); tied weights stay one object, so meta weights of a
-    weightless export keep their ties too."""
+    """The values of ``@main``'s held arguments: the weights, the program's own tensors (never copies; tied
+    weights stay one object, so meta weights of a weightless export keep their ties too), and the state's
+    exported values (copies: running ``ep.module()`` writes the program's own)."""
     weights, plain = {}, {}
-    for slot in signature.weights:
+    for slot in signature.held_inputs:
         source = program.state_dict if slot.target in program.state_dict else program.constants
         value = source[slot.target]
+        if slot.kind == STATE:
+            weights[slot.target] = value.detach().clone() if has_data(value) else value
+            continue
         if id(value) not in plain:
             plain[id(value)] = value.data if isinstance(value, torch.nn.Parameter) else value
         weights[slot.target] = plain[id(value)]

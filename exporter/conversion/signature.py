@@ -20,15 +20,18 @@ from torch_stablehlo.stablehlo_ir.specs import TensorSpec, dtype_name
 
 from ..errors import InputError
 from . import symbolic_dims
+from .inplace import written_placeholders
 
 WEIGHT_KINDS = ("parameter", "buffer", "constant")
+STATE = "state"  # a buffer or lifted constant the program writes: carried from call to call (see input_kinds)
+RETURNED_KINDS = ("user_input", "parameter")  # inputs whose writes the program returns as outputs of its own
 
 
 @dataclass(frozen=True)
 class InputSlot:
     """One graph placeholder: a weight (``target`` = state-dict key) or a user input."""
     name: str
-    kind: str                      # "parameter" | "buffer" | "constant" | "user_input" | "rng_seed"
+    kind: str                      # "parameter" | "buffer" | "constant" | "state" | "user_input" | "rng_seed"
     target: str | None
     tensor: TensorSpec | None      # None for a non-tensor input that export specialised
     value: object = None           # that specialised value
@@ -50,8 +53,8 @@ class InputSlot:
 @dataclass(frozen=True)
 class OutputSlot:
     """One output of the program: a result of ``@main`` (``tensor``) or a constant it returns (``value``)."""
-    kind: str                      # "user_output" | "buffer_mutation" | "user_input_mutation"
-    target: str | None             # the mutated buffer's state-dict key, or the mutated user input's name
+    kind: str                      # "user_output" | "buffer_mutation" (a state slot's value after the call) | "user_input_mutation"
+    target: str | None             # the state slot's target (buffer_mutation), or the mutated user input's name
     tensor: TensorSpec | None      # None for a constant output (not among @main's results)
     scalar: str | None = None      # "int" | "float" | "bool": a SymInt/SymFloat/SymBool, a 0-d tensor in @main
     value: object = None           # a constant output's value
@@ -96,12 +99,22 @@ class Signature:
         return [s for s in self.inputs if s.kind in WEIGHT_KINDS]
 
     @property
+    def state(self) -> list[InputSlot]:
+        """The program's persistent state: the buffers and lifted constants it writes, carried from call to call."""
+        return [s for s in self.inputs if s.kind == STATE]
+
+    @property
+    def held_inputs(self) -> list[InputSlot]:
+        """``@main``'s leading arguments, which the artifact holds: the weights and the state, in ``@main`` order."""
+        return [s for s in self.inputs if s.kind in WEIGHT_KINDS or s.kind == STATE]
+
+    @property
     def user_inputs(self) -> list[InputSlot]:
         return [s for s in self.inputs if s.kind == "user_input"]
 
     @property
     def main_inputs(self) -> list[InputSlot]:
-        """``@main``'s arguments, in order: the tensor inputs (weights, then user inputs), then ``rng_seed``."""
+        """``@main``'s arguments, in order: the tensor inputs (weights and state, then user inputs), then ``rng_seed``."""
         return [s for s in self.inputs if s.tensor is not None]
 
     @property
@@ -170,12 +183,13 @@ class Signature:
 
     def output_values(self, results: list) -> list:
         """``@main``'s results, one per ``main_outputs`` slot, in the slot's dtype (``stablehlo_ir.dtypes.CARRIED``);
-        each output with a data-dependent dim sliced to the size ``@main`` returned for it (after the outputs)."""
+        each output with a data-dependent dim sliced to the size ``@main`` returned for it (after the outputs).
+        A result given as None (the state, which stays on the device) stays None."""
         count = len(self.main_outputs)
         sizes = {name: int(size.item()) for name, size in zip(self.sizes, results[count:])}
         values = []
         for slot, value in zip(self.main_outputs, results[:count]):
-            if not slot.scalar:
+            if value is not None and not slot.scalar:
                 value = uncarried(value, slot.tensor.torch_dtype)
                 for dim, size in enumerate(slot.tensor.shape):
                     if size in sizes:
@@ -215,6 +229,9 @@ class Signature:
         lines.append(f"weights: {len(self.weights)} tensors" + (
             f" ({len(sharded)} sharded; the others as XLA's propagation decides)" if self.mesh else ""))
         lines += [f"  {s.name}: {s.tensor.dtype}{list(s.tensor.shape)}{_sharding_note(s)}" for s in sharded]
+        if self.state:
+            lines.append(f"state: {len(self.state)} tensors, carried from call to call")
+            lines += [f"  {s.name}: {s.tensor.dtype}{list(s.tensor.shape)}" for s in self.state]
         lines.append("outputs:")
         lines += [f"  {s.tensor.name}: {s.scalar or s.tensor.dtype}{'' if s.scalar else list(s.tensor.shape)}"
                   if s.tensor else f"  constant: {s.value!r}" for s in self.user_outputs]
@@ -232,13 +249,30 @@ _OUTPUT_KINDS = {OutputKind.USER_OUTPUT: "user_output", OutputKind.BUFFER_MUTATI
                  OutputKind.USER_INPUT_MUTATION: "user_input_mutation"}
 
 
+def input_kinds(ep: torch.export.ExportedProgram) -> list[str | None]:
+    """Each input's slot kind, in placeholder order (None for a kind we do not take): ``_INPUT_KINDS``'s, except
+    that a buffer or lifted constant the program writes (torch's ``buffers_to_mutate``, or in place in the
+    graph: a strict=False export keeps a static KV cache as constants written by ``index_copy_``) is ``STATE``,
+    carried from call to call as ``ep.module()`` carries it. The one answer to "which inputs are state"."""
+    placeholders = [n for n in ep.graph.nodes if n.op == "placeholder"]
+    written = set().union(*written_placeholders(ep.graph_module).values())
+    mutated = set(ep.graph_signature.buffers_to_mutate.values())
+    kinds = []
+    for node, spec in zip(placeholders, ep.graph_signature.input_specs):
+        kind = _INPUT_KINDS.get(spec.kind)
+        carried = kind in ("buffer", "constant") and (node in written or spec.target in mutated)
+        kinds.append(STATE if carried else kind)
+    return kinds
+
+
 def signature_of(ep: torch.export.ExportedProgram) -> Signature:
-    """Read the calling convention of an ExportedProgram (inputs in placeholder order)."""
+    """Read the calling convention of an ExportedProgram (inputs in placeholder order). A state slot the graph
+    writes in place (not among torch's buffer mutations) gets a ``buffer_mutation`` output after the program's
+    own: ``@main`` returns its value after the walk (``GraphLowering``)."""
     placeholders = {n.name: n for n in ep.graph.nodes if n.op == "placeholder"}
     call_signature = ep.module_call_graph[0].signature
     inputs = []
-    for spec in ep.graph_signature.input_specs:
-        kind = _INPUT_KINDS.get(spec.kind)
+    for spec, kind in zip(ep.graph_signature.input_specs, input_kinds(ep)):
         if kind is None:
             raise NotImplementedError(f"input kind {spec.kind} ({spec.arg}) is not supported")
         meta = placeholders[spec.arg.name].meta.get("val")
@@ -271,6 +305,9 @@ def signature_of(ep: torch.export.ExportedProgram) -> Signature:
         tensor = (TensorSpec(name, dtype_name(_SCALAR_DTYPES[scalar]), ()) if scalar
                   else TensorSpec.from_meta(name, meta))
         outputs.append(OutputSlot(kind, spec.target, tensor, scalar))
+    returned = {s.target for s in outputs if s.kind == "buffer_mutation"}
+    outputs += [OutputSlot("buffer_mutation", s.target, s.tensor) for s in inputs
+                if s.kind == STATE and s.target not in returned]
     in_spec, out_spec = call_signature.in_spec, call_signature.out_spec
     names = symbolic_dims.user_dim_names(ep)  # torch's s77 -> the user's Dim name, where torch kept it
     if names:
