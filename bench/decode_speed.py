@@ -15,8 +15,8 @@ The model: 8 layers, 512 wide (8 heads of 64, MLP 1536), 32k vocabulary, untied 
 ms/token is the decode steps alone: (time for prompt + N new tokens - time for prompt + 1) / (N - 1), for
 both sides. Both get the same CPUs: the process is pinned to ``--threads`` CPUs before torch and XLA start their
 pools, torch uses that many threads. Targets: per-token loop <= 1.0x HF eager and <= 1.25x the roofline.
-The per-token loop's time is split into the executable (runtime.analysis's execution times) and the rest of the
-call (inputs placed, outputs read back).
+One step's call of the per-token loop is split into the executable (runtime.analysis's execution times) and the
+rest of the call (inputs placed, outputs read back).
 
     .venv/bin/python bench/decode_speed.py [--threads 2] [--new-tokens 64] [--repeats 3] [--small]
 
@@ -35,6 +35,29 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+
+def _arguments() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--new-tokens", type=int, default=64)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--small", action="store_true", help="a tiny decoder: runs in seconds")
+    return parser.parse_args()
+
+
+OPTIONS = _arguments()
+os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:OPTIONS.threads])  # before torch and XLA make pools
+
+import jax  # noqa: E402  (the imports below start thread pools: after the CPUs are pinned)
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
+from transformers.integrations.executorch import TorchExportableModuleForDecoderOnlyLM  # noqa: E402
+
+from torch_stablehlo import export_to_stablehlo  # noqa: E402
+from torch_stablehlo.runtime import analysis  # noqa: E402
+
 FULL = dict(hidden_size=512, intermediate_size=1536, num_hidden_layers=8, num_attention_heads=8,
             num_key_value_heads=8, vocab_size=32000, cache=1024)
 SMALL = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
@@ -44,17 +67,7 @@ TARGETS = {"HF eager": 1.0, "roofline": 1.25}
 BANDWIDTH_BYTES = 512 * 1024 ** 2
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--new-tokens", type=int, default=64)
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--small", action="store_true", help="a tiny decoder: runs in seconds")
-    options = parser.parse_args()
-    os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:options.threads])  # before torch/XLA make pools
-
-    import torch
-
+def main(options: argparse.Namespace) -> None:
     torch.set_num_threads(options.threads)
     size = SMALL if options.small else FULL
     model = build(size)
@@ -68,9 +81,10 @@ def main() -> None:
           f"tokens; {options.threads} threads for torch and XLA; medians of {options.repeats}")
     prompt = torch.randint(0, size["vocab_size"], (1, PROMPT), generator=torch.Generator().manual_seed(0))
 
-    eager_ms, eager_tokens = hf_eager(model, prompt, options.new_tokens, options.repeats)
-    loop_ms, execute_ms, loop_tokens = per_token_loop(model, prompt, size["cache"], options.new_tokens,
-                                                      options.repeats)
+    artifact = recipe_artifact(model, size["cache"])
+    runs = {"eager": hf_eager(model, prompt), "ours": per_token_loop(artifact, prompt)}
+    (eager_ms, eager_tokens), (loop_ms, loop_tokens) = decode_ms(runs, options.new_tokens, options.repeats).values()
+    call_ms, execute_ms = call_split(runs["ours"], options.new_tokens)
     bandwidth = measured_bandwidth(options.repeats)
     roofline_ms = (weight_bytes + cache_bytes) / bandwidth * 1e3
     assert loop_tokens == eager_tokens, f"tokens differ:\n  eager {eager_tokens}\n  ours  {loop_tokens}"
@@ -85,17 +99,14 @@ def main() -> None:
             print(f"{label:<18}{'(not on this branch)':>31}")
             continue
         print(f"{label:<18}{ms:>10.2f}{1e3 / ms:>10.1f}{ms / eager_ms:>9.2f}{ms / roofline_ms:>12.2f}")
-    print(f"per-token loop: {execute_ms:.2f} ms/token in the executable, {loop_ms - execute_ms:.2f} ms in the rest "
-          "of the call")
+    print(f"per-token loop, one step's call: {call_ms:.2f} ms, of which {execute_ms:.2f} ms in the executable and "
+          f"{call_ms - execute_ms:.2f} ms in the rest of the call (inputs placed, logits read back)")
     for baseline, target in TARGETS.items():
         ratio = loop_ms / rows[baseline]
         print(f"target: per-token loop <= {target}x {baseline}: {ratio:.2f} ({'met' if ratio <= target else 'missed'})")
 
 
 def build(size: dict):
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
-
     config = LlamaConfig(**{k: v for k, v in size.items() if k != "cache"}, tie_word_embeddings=False,
                          max_position_embeddings=4096, initializer_range=0.1)
     torch.manual_seed(0)
@@ -106,59 +117,71 @@ def build(size: dict):
     return model
 
 
-def decode_ms(run, new_tokens: int, repeats: int) -> tuple[float, list[int]]:
-    """ms per decode step of ``run(n)`` (which makes the prompt's tokens and ``n`` new ones), and its tokens."""
-    times = {1: [], new_tokens: []}
-    tokens = run(new_tokens)  # warm-up: compiles, places the weights
+def decode_ms(runs: dict, new_tokens: int, repeats: int) -> dict:
+    """For each ``run(n)`` (which makes the prompt's tokens and ``n`` new ones): ms per decode step, and its
+    tokens. The runs alternate, after one warm-up each (compiles, places the weights)."""
+    tokens = {label: run(new_tokens) for label, run in runs.items()}
+    times = {(label, count): [] for label in runs for count in (1, new_tokens)}
     for _ in range(repeats):
-        for count in times:
+        for (label, count), seconds in times.items():
             start = time.perf_counter()
-            run(count)
-            times[count].append(time.perf_counter() - start)
-    steps = statistics.median(times[new_tokens]) - statistics.median(times[1])
-    return steps / (new_tokens - 1) * 1e3, tokens
+            runs[label](count)
+            seconds.append(time.perf_counter() - start)
+    steps = {label: statistics.median(times[label, new_tokens]) - statistics.median(times[label, 1])
+             for label in runs}
+    return {label: (steps[label] / (new_tokens - 1) * 1e3, tokens[label]) for label in runs}
 
 
-def hf_eager(model, prompt, new_tokens: int, repeats: int) -> tuple[float, list[int]]:
-    import torch
-
+def hf_eager(model, prompt):
     def run(count):
         with torch.no_grad():
             return model.generate(prompt, max_new_tokens=count, min_new_tokens=count, do_sample=False)[0].tolist()
 
-    return decode_ms(run, new_tokens, repeats)
+    return run
 
 
-def per_token_loop(model, prompt, cache: int, new_tokens: int, repeats: int) -> tuple[float, float, list[int]]:
-    """The recipe's runner loop over our artifact: the prompt token by token, then one call per new token.
-    Returns ms/token for the whole call and for the executable alone (from runtime.analysis), and the tokens."""
-    import torch
-    from transformers.integrations.executorch import TorchExportableModuleForDecoderOnlyLM
+def recipe_artifact(model, cache: int):
+    """Our artifact of transformers' recipe, exported with ``torch.export.export`` (strict=False)."""
 
-    from torch_stablehlo import export_to_stablehlo
-    from torch_stablehlo.runtime import analysis
 
     recipe = TorchExportableModuleForDecoderOnlyLM(model, batch_size=1, max_cache_len=cache)
-    step = {"input_ids": prompt[:, :1], "cache_position": torch.tensor([0])}
-    artifact = export_to_stablehlo(torch.export.export(recipe.model, (), step, strict=False))
+    step = {"input_ids": torch.tensor([[0]]), "cache_position": torch.tensor([0])}
+    return export_to_stablehlo(torch.export.export(recipe.model, (), step, strict=False))
+
+
+def per_token_loop(artifact, prompt):
+    """The recipe's runner loop over ``artifact``: the prompt token by token, then one call per new token
+    (the seconds of each call kept in ``run.calls``)."""
+    def step(**inputs):
+        start = time.perf_counter()
+        logits = artifact(**inputs)
+        run.calls.append(time.perf_counter() - start)
+        return logits
 
     def run(count):
         artifact.reset_state()
+        run.calls.clear()
         tokens = prompt[0].tolist()
         for position in range(prompt.shape[1]):
-            logits = artifact(input_ids=prompt[:, position:position + 1], cache_position=torch.tensor([position]))
+            logits = step(input_ids=prompt[:, position:position + 1], cache_position=torch.tensor([position]))
         for _ in range(count):
             tokens.append(int(logits[0, -1].argmax()))
-            logits = artifact(input_ids=torch.tensor([[tokens[-1]]]), cache_position=torch.tensor([len(tokens) - 1]))
+            logits = step(input_ids=torch.tensor([[tokens[-1]]]), cache_position=torch.tensor([len(tokens) - 1]))
         return tokens
 
-    loop_ms, tokens = decode_ms(run, new_tokens, repeats)
+    run.calls = []
+    return run
+
+
+def call_split(run, new_tokens: int) -> tuple[float, float]:
+    """ms of one decode step's call and of its executable alone (runtime.analysis's execution times), medians
+    over one run of ``new_tokens`` steps."""
     log = io.StringIO()
     analysis.enable(True, log)
     run(new_tokens)
     analysis.enable(False)
     executions = [float(ms) for ms in re.findall(r"execute \S+ \[[^\]]*\]: ([\d.]+) ms", log.getvalue())]
-    return loop_ms, statistics.median(executions[PROMPT:]), tokens
+    return statistics.median(run.calls[PROMPT:]) * 1e3, statistics.median(executions[PROMPT:])
 
 
 def export_generate_row() -> float | None:
@@ -169,10 +192,6 @@ def export_generate_row() -> float | None:
 
 def measured_bandwidth(repeats: int) -> float:
     """Bytes per second XLA reads summing a 512 MB float32 array (median of ``repeats`` after a warm-up)."""
-    import jax
-    import jax.numpy as jnp
-    import numpy as np
-
     data = jax.device_put(np.ones(BANDWIDTH_BYTES // 4, np.float32))
     total = jax.jit(jnp.sum)
     total(data).block_until_ready()
@@ -185,4 +204,4 @@ def measured_bandwidth(repeats: int) -> float:
 
 
 if __name__ == "__main__":
-    main()
+    main(OPTIONS)
