@@ -12,7 +12,7 @@ from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
 from ..constants import constant
-from ..mlir_types import element_type
+from ..mlir_types import DYNAMIC, element_type
 from ..promotion import compute_dtype, convert
 from ..shapes import iota, reshape
 from ..values import dtype_of, producer, rank, static_shape
@@ -41,18 +41,14 @@ def contract(lhs, rhs, lhs_batch, rhs_batch, lhs_contract, rhs_contract, out_sha
 
 def written_rows(value: ir.Value):
     """``(before, update, dim, start)`` when static ``value`` is a ``dynamic_update_slice`` of ``before`` along
-    one ``dim`` (whole along the others), ``start`` clamped into range as the op clamps it; else None."""
+    one ``dim`` (whole along the others) from ``start`` (a 0-d integer value, which the op clamps into range);
+    else None. Emits nothing."""
     op = producer(value)
-    if op is None or op.name != "stablehlo.dynamic_update_slice" or -1 in static_shape(value):
+    if op is None or op.name != "stablehlo.dynamic_update_slice" or DYNAMIC in static_shape(value):
         return None
     before, update, starts = op.operands[0], op.operands[1], list(op.operands)[2:]
     partial = [d for d, (a, b) in enumerate(zip(static_shape(before), static_shape(update))) if a != b]
-    if len(partial) != 1:
-        return None
-    dim = partial[0]
-    start = convert(starts[dim], torch.int64)
-    last = static_shape(before)[dim] - static_shape(update)[dim]
-    return before, update, dim, stablehlo.clamp(constant(0, torch.int64), start, constant(last, torch.int64))
+    return (before, update, partial[0], starts[partial[0]]) if len(partial) == 1 else None
 
 
 def _past_the_write(result_type, lhs, written, lhs_batch, rhs_batch, lhs_contract, rhs_contract):
@@ -63,6 +59,7 @@ def _past_the_write(result_type, lhs, written, lhs_batch, rhs_batch, lhs_contrac
     before, update, dim, start = written
     shape, length = static_shape(before), static_shape(update)[dim]
     zero = constant(0, torch.int64)
+    start = stablehlo.clamp(zero, convert(start, torch.int64), constant(shape[dim] - length, torch.int64))
     if dim in rhs_contract:
         column = lhs_contract[rhs_contract.index(dim)]
         lhs_shape = static_shape(lhs)

@@ -211,9 +211,9 @@ def _donate_state(function: func.FuncOp, signature: Signature, arg_types: list, 
     that to the executable's ``input_output_alias`` and consumes the buffer passed, so the state is updated in
     place on the device."""
     argument = {s.target: i for i, s in enumerate(signature.main_inputs) if s.kind == STATE}
-    aliases = {argument[out.target]: j for j, out in enumerate(signature.main_outputs)
-               if out.kind == "buffer_mutation" and out.target in argument
-               and arg_types[argument[out.target]] == result_types[j]}
+    outputs = signature.main_outputs
+    aliases = {argument[outputs[j].target]: j for j in signature.state_results
+               if outputs[j].target in argument and arg_types[argument[outputs[j].target]] == result_types[j]}
     if not aliases:
         return
     old = function.arg_attrs if "arg_attrs" in function.attributes else None

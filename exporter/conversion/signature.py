@@ -104,6 +104,11 @@ class Signature:
         return [s for s in self.inputs if s.kind == STATE]
 
     @property
+    def state_results(self) -> set[int]:
+        """The positions among ``@main``'s results of the state's new values (``buffer_mutation`` outputs)."""
+        return {i for i, slot in enumerate(self.main_outputs) if slot.kind == "buffer_mutation"}
+
+    @property
     def held_inputs(self) -> list[InputSlot]:
         """``@main``'s leading arguments, which the artifact holds: the weights and the state, in ``@main`` order."""
         return [s for s in self.inputs if s.kind in WEIGHT_KINDS or s.kind == STATE]

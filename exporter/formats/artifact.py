@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from torch_stablehlo.runtime import pjrt
-from torch_stablehlo.stablehlo_ir.dtypes import to_numpy, to_torch
+from torch_stablehlo.stablehlo_ir.dtypes import to_numpy, to_torch, uncarried
 
 from . import bundle
 from ..errors import WeightsError
@@ -50,10 +50,9 @@ class StableHLOArtifact:
         """Run on the tensor inputs in ``@main`` order; returns the user outputs, flat (tensors, and Python
         scalars and constants where the model returns them). Inputs the model mutates are updated in place;
         the state stays on the device for the next call."""
-        arrays = self._execute(tensors)
-        carried = [slot.kind == "buffer_mutation" for slot in self.signature.main_outputs]
-        carried += [False] * (len(arrays) - len(carried))
-        results = iter(self.signature.output_values([None if c else to_torch(a) for c, a in zip(carried, arrays)]))
+        arrays, carried = self._execute(tensors), self.signature.state_results
+        results = iter(self.signature.output_values([None if i in carried else to_torch(a)
+                                                     for i, a in enumerate(arrays)]))
         inputs = {slot.name: tensor for slot, tensor in
                   zip([s for s in self.signature.user_inputs if s.tensor is not None], tensors)}
         user_outputs, updates = [], []
@@ -74,7 +73,7 @@ class StableHLOArtifact:
         """Every result of ``@main`` for the tensor inputs in ``@main`` order (weights, state and ``rng_seed``
         added here), as torch tensors: nothing sliced, cast back or matched to the signature's outputs (the
         state's new values copied: the device keeps them for the next call)."""
-        carried = {i for i, slot in enumerate(self.signature.main_outputs) if slot.kind == "buffer_mutation"}
+        carried = self.signature.state_results
         return [to_torch(np.array(a)) if i in carried else to_torch(a) for i, a in enumerate(self._execute(tensors))]
 
     def _execute(self, tensors: list[torch.Tensor]) -> list:
@@ -86,15 +85,16 @@ class StableHLOArtifact:
         held = self.signature.held_inputs
         executable = self._compiled([s.tensor.shape for s in held] + [h.shape for h in hosts])
         arrays = executable.execute(self._held_on_device(executable) + executable.put(hosts, first=len(held)))
-        self._device_state.update({slot.target: array for slot, array in zip(self.signature.main_outputs, arrays)
-                                   if slot.kind == "buffer_mutation"})
+        outputs = self.signature.main_outputs
+        self._device_state.update({outputs[i].target: arrays[i] for i in self.signature.state_results})
         return arrays
 
     @property
     def state(self) -> dict[str, torch.Tensor]:
         """The program's state as it is now (name -> a torch tensor of its own), read from the device."""
-        return {slot.name: to_torch(np.array(self._device_state[slot.target])) if slot.target in self._device_state
-                else self.weights[slot.target].clone() for slot in self.signature.state}
+        return {slot.name: uncarried(to_torch(np.array(self._device_state[slot.target])), slot.tensor.torch_dtype)
+                if slot.target in self._device_state else self.weights[slot.target].clone()
+                for slot in self.signature.state}
 
     def reset_state(self) -> "StableHLOArtifact":
         """Return the state to its exported values (the next call starts from them). Returns the artifact."""
