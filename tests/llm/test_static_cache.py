@@ -185,3 +185,21 @@ def test_a_write_the_walk_cannot_carry_is_an_error():
     for _ in range(3):
         torch.testing.assert_close(artifact(x), eager(x))
     torch.testing.assert_close(artifact.state["total"], eager.total)
+
+
+def test_a_dynamic_prefill_then_decode():
+    """The prompt in one call (its length a symbolic dim: the cache write is a scatter, shapes being unknown
+    when lowered), then one call per token through the same artifact: still generate's tokens."""
+    model, expected = _model("llama")
+    recipe = TorchExportableModuleForDecoderOnlyLM(model, batch_size=1, max_cache_len=CACHE)
+    seq = torch.export.Dim("seq", max=32)
+    program = torch.export.export(recipe.model, (), {"input_ids": PROMPT, "cache_position": torch.arange(PROMPT.shape[1])},
+                                  dynamic_shapes={"input_ids": {1: seq}, "cache_position": {0: seq}}, strict=False)
+    artifact = export_to_stablehlo(program)
+    assert artifact.stablehlo_text.count('"stablehlo.scatter"(') == 4
+    logits = artifact(input_ids=PROMPT, cache_position=torch.arange(PROMPT.shape[1]))
+    tokens = PROMPT[0].tolist()
+    for _ in range(NEW_TOKENS):
+        tokens.append(int(logits[0, -1].argmax()))
+        logits = artifact(input_ids=torch.tensor([[tokens[-1]]]), cache_position=torch.tensor([len(tokens) - 1]))
+    assert tokens == expected
