@@ -86,10 +86,11 @@ def decompose_unsupported(program: ExportedProgram) -> ExportedProgram:
         raise UnsupportedOpsError({op_name(t): (len(nodes), describe(nodes[0])) for t, nodes in missing.items()})
     uncarried = unfunctionalised_mutations(program.graph_module, _returned(program))
     if uncarried:
-        raise LoweringError(f"{len(uncarried)} in-place write(s) cannot be carried, e.g. {op_name(uncarried[0].target)} "
-                            f"at {describe(uncarried[0])} ({uncarried[0].format_node()}): it writes part of a tensor "
-                            "that is read again through another alias, or state torch did not functionalise; "
-                            "write the whole tensor (index_copy_, copy_) instead")
+        first = uncarried[0]
+        raise LoweringError(f"{len(uncarried)} in-place write(s) cannot be carried, e.g. {op_name(first.target)} at "
+                            f"{describe(first)} ({first.format_node()}): it writes part of a tensor that is read "
+                            "again through another alias, or state torch did not functionalise; write the whole "
+                            "tensor (index_copy_, copy_) instead")
     return program
 
 

@@ -53,7 +53,8 @@ class InputSlot:
 @dataclass(frozen=True)
 class OutputSlot:
     """One output of the program: a result of ``@main`` (``tensor``) or a constant it returns (``value``)."""
-    kind: str                      # "user_output" | "buffer_mutation" (a state slot's value after the call) | "user_input_mutation"
+    kind: str                      # "user_output" | "buffer_mutation" (a state slot's new value)
+                                   # | "user_input_mutation"
     target: str | None             # the state slot's target (buffer_mutation), or the mutated user input's name
     tensor: TensorSpec | None      # None for a constant output (not among @main's results)
     scalar: str | None = None      # "int" | "float" | "bool": a SymInt/SymFloat/SymBool, a 0-d tensor in @main
@@ -119,7 +120,8 @@ class Signature:
 
     @property
     def main_inputs(self) -> list[InputSlot]:
-        """``@main``'s arguments, in order: the tensor inputs (weights and state, then user inputs), then ``rng_seed``."""
+        """``@main``'s arguments, in order: the tensor inputs (weights and state, then user inputs), then
+        ``rng_seed``."""
         return [s for s in self.inputs if s.tensor is not None]
 
     @property

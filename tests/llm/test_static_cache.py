@@ -193,11 +193,12 @@ def test_a_dynamic_prefill_then_decode():
     model, expected = _model("llama")
     recipe = TorchExportableModuleForDecoderOnlyLM(model, batch_size=1, max_cache_len=CACHE)
     seq = torch.export.Dim("seq", max=32)
-    program = torch.export.export(recipe.model, (), {"input_ids": PROMPT, "cache_position": torch.arange(PROMPT.shape[1])},
+    prompt = {"input_ids": PROMPT, "cache_position": torch.arange(PROMPT.shape[1])}
+    program = torch.export.export(recipe.model, (), prompt,
                                   dynamic_shapes={"input_ids": {1: seq}, "cache_position": {0: seq}}, strict=False)
     artifact = export_to_stablehlo(program)
     assert artifact.stablehlo_text.count('"stablehlo.scatter"(') == 4
-    logits = artifact(input_ids=PROMPT, cache_position=torch.arange(PROMPT.shape[1]))
+    logits = artifact(**prompt)
     tokens = PROMPT[0].tolist()
     for _ in range(NEW_TOKENS):
         tokens.append(int(logits[0, -1].argmax()))
