@@ -11,7 +11,8 @@ The model: 8 layers, 512 wide (8 heads of 64, MLP 1536), 32k vocabulary, untied 
   until it lands: see ``export_generate_row``);
 - ``roofline``: the bytes one decode step must read (every weight but the input embedding table, of which it
   reads one row, and the whole static cache, as the static-cache attention reads it) over the memory bandwidth
-  measured in this run (XLA summing a 512 MB array); the figure with the whole table counted is printed too.
+  measured in this run (XLA summing a 512 MB array, timed between the decoding runs, median); the figure with the
+  whole table counted is printed too.
 
 ms/token is the decode steps alone: (time for prompt + N new tokens - time for prompt + 1) / (N - 1), for
 both sides. Both get the same CPUs: the process is pinned to ``--threads`` CPUs before torch and XLA start their
@@ -84,9 +85,10 @@ def main(options: argparse.Namespace) -> None:
 
     artifact = recipe_artifact(model, size["cache"])
     runs = {"eager": hf_eager(model, prompt), "ours": per_token_loop(artifact, prompt)}
-    (eager_ms, eager_tokens), (loop_ms, loop_tokens) = decode_ms(runs, options.new_tokens, options.repeats).values()
+    timings, probe_seconds = decode_ms(runs, options.new_tokens, options.repeats, bandwidth_probe())
+    (eager_ms, eager_tokens), (loop_ms, loop_tokens) = timings.values()
     call_ms, execute_ms = call_split(runs["ours"], options.new_tokens)
-    bandwidth = measured_bandwidth(options.repeats)
+    bandwidth = BANDWIDTH_BYTES / probe_seconds
     embedding = model.get_input_embeddings().weight
     read_bytes = weight_bytes - embedding[1:].numel() * embedding.element_size() + cache_bytes  # one row of it
     roofline_ms = read_bytes / bandwidth * 1e3
@@ -121,19 +123,25 @@ def build(size: dict):
     return model
 
 
-def decode_ms(runs: dict, new_tokens: int, repeats: int) -> dict:
+def decode_ms(runs: dict, new_tokens: int, repeats: int, probe) -> tuple[dict, float]:
     """For each ``run(n)`` (which makes the prompt's tokens and ``n`` new ones): ms per decode step, and its
-    tokens. The runs alternate, after one warm-up each (compiles, places the weights)."""
+    tokens; and the median seconds of ``probe()``, timed between the runs (so that it sees the machine as they
+    do). The runs alternate, after one warm-up each (compiles, places the weights)."""
     tokens = {label: run(new_tokens) for label, run in runs.items()}
     times = {(label, count): [] for label in runs for count in (1, new_tokens)}
+    probes = []
     for _ in range(repeats):
         for (label, count), seconds in times.items():
             start = time.perf_counter()
             runs[label](count)
             seconds.append(time.perf_counter() - start)
+            start = time.perf_counter()
+            probe()
+            probes.append(time.perf_counter() - start)
     steps = {label: statistics.median(times[label, new_tokens]) - statistics.median(times[label, 1])
              for label in runs}
-    return {label: (steps[label] / (new_tokens - 1) * 1e3, tokens[label]) for label in runs}
+    return ({label: (steps[label] / (new_tokens - 1) * 1e3, tokens[label]) for label in runs},
+            statistics.median(probes))
 
 
 def hf_eager(model, prompt):
@@ -194,17 +202,12 @@ def export_generate_row() -> float | None:
     return None
 
 
-def measured_bandwidth(repeats: int) -> float:
-    """Bytes per second XLA reads summing a 512 MB float32 array (median of ``repeats`` after a warm-up)."""
+def bandwidth_probe():
+    """A call that reads ``BANDWIDTH_BYTES`` once: XLA summing a float32 array of that size (compiled here)."""
     data = jax.device_put(np.ones(BANDWIDTH_BYTES // 4, np.float32))
     total = jax.jit(jnp.sum)
     total(data).block_until_ready()
-    seconds = []
-    for _ in range(max(repeats, 5)):
-        start = time.perf_counter()
-        total(data).block_until_ready()
-        seconds.append(time.perf_counter() - start)
-    return BANDWIDTH_BYTES / statistics.median(seconds)
+    return lambda: total(data).block_until_ready()
 
 
 if __name__ == "__main__":
