@@ -28,7 +28,7 @@ from .api import convertible_program, program_weights
 from .formats.artifact import StableHLOArtifact
 from .conversion.graph_lowering import GraphLowering
 from .conversion.locations import module_path, source_line
-from .conversion.signature import Signature, signature_of
+from .conversion.signature import STATE, Signature, signature_of
 
 CHUNK_SIZE = 512
 """Intermediates exposed per compiled module: memory holds at most this many besides the graph's own."""
@@ -116,7 +116,8 @@ def _op_of(node: torch.fx.Node):
 
 
 def _eager_values(graph_module, signature: Signature, weights: dict, tensors: list) -> dict:
-    """Every node's value when torch runs the graph on the weights and inputs."""
+    """Every node's value when torch runs the graph on the weights and inputs (on a copy of the state, which the
+    graph may write in place: our run starts from the same values)."""
     values: dict[torch.fx.Node, object] = {}
 
     class Recorder(torch.fx.Interpreter):
@@ -125,7 +126,8 @@ def _eager_values(graph_module, signature: Signature, weights: dict, tensors: li
             return values[node]
 
     user_tensors = iter(tensors)
-    placeholders = [weights[slot.target] if slot.target in weights else
+    placeholders = [weights[slot.target].clone() if slot.kind == STATE else
+                    weights[slot.target] if slot.target in weights else
                     next(user_tensors) if slot.tensor is not None else slot.value
                     for slot in signature.inputs if slot.kind != "rng_seed"]
     with torch.no_grad():
