@@ -103,8 +103,8 @@ def time_model(name: str, size: dict, repeats: int) -> None:
 
     artifact(*args, **kwargs)  # compile, place weights
     hosts = [to_numpy(t) for t in tensors]
-    executable = artifact._compiled([s.tensor.shape for s in artifact.signature.weights] + [h.shape for h in hosts])
-    device_inputs = artifact._weights_on_device(executable) + executable.put(hosts)
+    executable = artifact._compiled([s.tensor.shape for s in artifact.signature.held_inputs] + [h.shape for h in hosts])
+    device_inputs = artifact._held_on_device(executable) + executable.put(hosts)
 
     seconds = timed({"eager": eager, "ours": ours, "execute": lambda: executable.execute(device_inputs)}, repeats)
     eager_s, ours_s, execute_s = (seconds[k] for k in ("eager", "ours", "execute"))
@@ -172,7 +172,7 @@ def against_torchax(peer_python: str, repeats: int) -> None:
     artifact = export_to_stablehlo(program)
     artifact(**kwargs)
     executable = artifact._compiled([])
-    device_inputs = artifact._weights_on_device(executable) + executable.put(host_inputs)
+    device_inputs = artifact._held_on_device(executable) + executable.put(host_inputs)
 
     def eager():
         with torch.no_grad():

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import torch
 from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
+from torch_stablehlo.exported_program import STATE
 from torch_stablehlo.quantize.schemes import QUANTIZE
 
 from .formats.artifact import StableHLOArtifact
@@ -105,7 +106,8 @@ def _op_of(node: torch.fx.Node):
 
 
 def _eager_values(conversion: Conversion, tensors: list) -> dict:
-    """Every node's value when torch runs the graph on the weights and inputs."""
+    """Every node's value when torch runs the graph on the weights and inputs (on a copy of the state, which the
+    graph may write in place: our run starts from the same values)."""
     weights = conversion.weights
     values: dict[torch.fx.Node, object] = {}
 
@@ -115,7 +117,8 @@ def _eager_values(conversion: Conversion, tensors: list) -> dict:
             return values[node]
 
     user_tensors = iter(tensors)
-    placeholders = [weights[slot.target] if slot.target in weights else
+    placeholders = [weights[slot.target].clone() if slot.kind == STATE else
+                    weights[slot.target] if slot.target in weights else
                     next(user_tensors) if slot.tensor is not None else slot.value
                     for slot in conversion.signature.inputs if slot.kind != "rng_seed"]
     with torch.no_grad():

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import re
 import sys
 import traceback
 from collections import defaultdict
@@ -100,6 +101,16 @@ def enable(on: bool = True, stream=None) -> Analysis:
     """Turn the analysis on (or off) for this process, printing to ``stream`` (default stderr)."""
     ANALYSIS.enabled, ANALYSIS.stream = on, stream
     return ANALYSIS
+
+
+def input_output_aliases(loaded) -> dict[int, int]:
+    """A compiled executable's donated parameters, from its optimized HLO's ``input_output_alias``: parameter ->
+    the result that reuses its buffer (``@main``'s ``tf.aliasing_output`` arguments, the state)."""
+    header = loaded.hlo_modules()[0].to_string().split("\n", 1)[0]
+    return {int(parameter): int(result) for result, parameter in _ALIAS.findall(header)}
+
+
+_ALIAS = re.compile(r"\{(\d+)\}: \((\d+), \{\}, (?:may|must)-alias\)")
 
 
 def user_frame() -> str:

@@ -18,24 +18,30 @@ from torch.export.graph_signature import ExportGraphSignature, InputKind, InputS
 @dataclass(frozen=True)
 class Kind:
     """What one kind of input of an ExportedProgram is to the conversion."""
-    name: str      # the signature's name for it (``InputSlot.kind``, stored in artifacts)
-    weight: bool   # a tensor the program holds (state dict or constants): the artifact keeps it, @main takes it first
-    state: bool    # an input whose writes @main returns, so the graph walk never rebinds it in place
+    name: str       # the signature's name for it (``InputSlot.kind``, stored in artifacts)
+    weight: bool    # a tensor the program holds (state dict or constants): the artifact keeps it, @main takes it first
+    returned: bool  # writes to it are outputs of the program's own (torch functionalises them), never carried state
 
 
 INPUT_KINDS = {
-    InputKind.PARAMETER: Kind("parameter", weight=True, state=True),
-    InputKind.BUFFER: Kind("buffer", weight=True, state=True),
-    InputKind.CONSTANT_TENSOR: Kind("constant", weight=True, state=False),  # see ``state_placeholders``
-    InputKind.USER_INPUT: Kind("user_input", weight=False, state=True),
+    InputKind.PARAMETER: Kind("parameter", weight=True, returned=True),
+    InputKind.BUFFER: Kind("buffer", weight=True, returned=False),
+    InputKind.CONSTANT_TENSOR: Kind("constant", weight=True, returned=False),
+    InputKind.USER_INPUT: Kind("user_input", weight=False, returned=True),
 }
 """The input kinds the conversion takes (the signature refuses the others: custom objects, tokens)."""
+STATE = "state"
+"""The kind of a buffer or lifted constant the program writes (torch's ``buffers_to_mutate``, or in place in the
+graph: a strict=False export keeps a static KV cache as constants written by ``index_copy_``): carried from call
+to call as ``ep.module()`` carries it, apart from the weights."""
 WEIGHT_KINDS = frozenset(kind.name for kind in INPUT_KINDS.values() if kind.weight)
-STATE_KINDS = frozenset(kind.name for kind in INPUT_KINDS.values() if kind.state)
+RETURNED_KINDS = frozenset(kind.name for kind in INPUT_KINDS.values() if kind.returned)
+HELD_KINDS = WEIGHT_KINDS | {STATE}
+"""The inputs the artifact holds and passes to ``@main`` itself: weights and state."""
 
 
 def kind_name(spec: InputSpec) -> str | None:
-    """The input's kind as the signature names it; None for a kind the conversion does not take."""
+    """The input's kind as the table names it; None for a kind the conversion does not take."""
     kind = INPUT_KINDS.get(spec.kind)
     return kind.name if kind is not None else None
 
@@ -44,20 +50,26 @@ def is_weight(spec: InputSpec) -> bool:
     return kind_name(spec) in WEIGHT_KINDS
 
 
-def kind_names(program: ExportedProgram) -> list[str | None]:
-    """Each input's kind name (``kind_name``), in placeholder order."""
-    return [kind_name(spec) for spec in program.graph_signature.input_specs]
+def input_kinds(program: ExportedProgram, written: set[torch.fx.Node]) -> list[str | None]:
+    """Each input's kind, in placeholder order (None for a kind the conversion does not take): the table's, except
+    that a buffer or lifted constant the program writes (``written``: the placeholders its graph writes in place;
+    or torch's ``buffers_to_mutate``) is ``STATE``. The one answer to "which inputs are state"."""
+    placeholders = [n for n in program.graph.nodes if n.op == "placeholder"]
+    mutated = set(program.graph_signature.buffers_to_mutate.values())
+    kinds = []
+    for node, spec in zip(placeholders, program.graph_signature.input_specs):
+        kind = INPUT_KINDS.get(spec.kind)
+        carried = kind is not None and kind.weight and not kind.returned and (node in written or spec.target in mutated)
+        kinds.append(STATE if carried else kind.name if kind is not None else None)
+    return kinds
 
 
-def state_placeholders(graph_module: torch.fx.GraphModule, kinds: Sequence[str | None]) -> list[torch.fx.Node]:
-    """The placeholders whose writes the program returns, given each placeholder's kind name in order
-    (``kind_names(program)``, or a signature's slot kinds): those of a ``STATE_KINDS`` kind.
-
-    The one place that decides which inputs are state: a lifted constant the program writes in place is not state
-    yet (the graph walk rebinds it); counting it is a condition on ``graph_module`` that goes here.
-    """
+def returned_placeholders(graph_module: torch.fx.GraphModule, kinds: Sequence[str | None]) -> list[torch.fx.Node]:
+    """The placeholders whose writes are the program's own outputs (``RETURNED_KINDS``: user inputs, parameters),
+    given each placeholder's kind in order (``input_kinds``, or a signature's slot kinds): the graph walk leaves
+    writes to them to torch's functionalisation, and carries writes to the others (state) itself."""
     placeholders = [n for n in graph_module.graph.nodes if n.op == "placeholder"]
-    return [node for node, kind in zip(placeholders, kinds) if kind in STATE_KINDS]
+    return [node for node, kind in zip(placeholders, kinds) if kind in RETURNED_KINDS]
 
 
 def weight_values(program: ExportedProgram, targets: Iterable[str]) -> dict[str, torch.Tensor]:

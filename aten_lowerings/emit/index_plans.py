@@ -2,7 +2,9 @@
 
 torch's advanced indexing becomes one plan: the index tensors are broadcast together, wrapped, and stacked along
 a last dim; dims without an index are whole windows. Gathers and scatters along a dim use full coordinates
-(iota for every other dim).
+(iota for every other dim). A write at consecutive positions along one dim (a KV cache written at
+``cache_position``) is a ``dynamic_update_slice`` instead (``contiguous_start``, ``update_slice``), which XLA
+does in place.
 """
 from __future__ import annotations
 
@@ -13,11 +15,11 @@ import torch
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
-from ..constants import full_like
-from ..mlir_types import tensor_type
+from ..constants import constant, full_like
+from ..mlir_types import DYNAMIC, tensor_type
 from ..promotion import convert
 from ..shapes import broadcast_in_dim, broadcast_to, iota, is_static, reshape
-from ..values import dtype_of, producer, rank, value_type
+from ..values import dtype_of, producer, rank, static_shape, value_type
 from .elementwise import compare
 
 
@@ -127,3 +129,74 @@ def scatter_plan(x, plan: IndexPlan, updates, combine=None) -> ir.Value:
         old, new = block.arguments
         stablehlo.return_([new if combine is None else combine(old, new)])
     return op.result
+
+
+def contiguous_start(ctx, index: ir.Value) -> ir.Value | None:
+    """The first of a 1-d integer ``index``'s values as a 0-d i64 value when the ops that made it show they are
+    consecutive (``start, start + 1, ...``): one element, or an ``arange`` plus a number (transformers' static
+    cache writes at ``arange(n) + cumulative_length``); else None."""
+    shape = static_shape(index)
+    if len(shape) != 1 or shape[0] == DYNAMIC:
+        return None
+    start = reshape(ctx, index, []) if shape[0] == 1 else _range_start(ctx, index, 24)
+    return None if start is None else convert(start, torch.int64)
+
+
+def _range_start(ctx, value: ir.Value, depth: int) -> ir.Value | None:
+    """``value``'s first element when it is ``iota * 1 + splat + ...`` (1-d), through integer conversions."""
+    op = producer(value)
+    if depth == 0 or op is None:
+        return None
+    if op.name == "stablehlo.iota":
+        return constant(0, dtype_of(value))
+    if op.name == "stablehlo.convert" and isinstance(value_type(op.operands[0]).element_type, ir.IntegerType):
+        start = _range_start(ctx, op.operands[0], depth - 1)
+        return None if start is None else convert(start, dtype_of(value))
+    if op.name not in ("stablehlo.add", "stablehlo.multiply"):
+        return None
+    a, b = op.operands[0], op.operands[1]
+    for ranged, other in ((a, b), (b, a)):
+        if op.name == "stablehlo.multiply" and _is_one(other):  # arange's step
+            return _range_start(ctx, ranged, depth - 1)
+        start = _range_start(ctx, ranged, depth - 1) if op.name == "stablehlo.add" else None
+        number = _splat(ctx, other) if start is not None else None
+        if number is not None:
+            return stablehlo.add(start, convert(number, dtype_of(start)))
+    return None
+
+
+def _is_one(value: ir.Value) -> bool:
+    """A constant of ones, or a broadcast of one."""
+    op = producer(value)
+    if op is not None and op.name == "stablehlo.broadcast_in_dim":
+        return _is_one(op.operands[0])
+    return op is not None and op.name == "stablehlo.constant" and bool((np.asarray(op.attributes["value"]) == 1).all())
+
+
+def _splat(ctx, value: ir.Value) -> ir.Value | None:
+    """The one number a 1-d ``value`` holds everywhere, as a 0-d value: a splat constant or a broadcast of a 0-d
+    (or one-element) value."""
+    op = producer(value)
+    if op is None:
+        return None
+    if op.name == "stablehlo.constant" and ir.DenseElementsAttr.isinstance(op.attributes["value"]):
+        values = ir.DenseElementsAttr(op.attributes["value"])
+        scalar = ir.RankedTensorType.get([], values.type.element_type)
+        return stablehlo.constant(ir.DenseElementsAttr.get_splat(scalar, values.get_splat_value())) \
+            if values.is_splat else None
+    if op.name == "stablehlo.broadcast_in_dim" and all(s == 1 for s in static_shape(op.operands[0])):
+        return reshape(ctx, op.operands[0], [])
+    return None
+
+
+def update_slice(ctx, x: ir.Value, dim: int, start: ir.Value, update: ir.Value) -> ir.Value:
+    """``update`` written into ``x`` (static shapes) from ``start`` (0-d i64) along ``dim``, whole along the other
+    dims, by ``dynamic_update_slice``. A write that does not fit (``start`` negative or too large: torch raises)
+    leaves ``x`` as it is, as scatter drops out-of-bounds updates; it is never clamped to another position, as
+    ``dynamic_update_slice`` alone would do."""
+    sizes, length = static_shape(x), static_shape(update)[dim]
+    zero, last = constant(0, torch.int64), constant(sizes[dim] - length, torch.int64)
+    fits = stablehlo.and_(compare(start, zero, "GE"), compare(start, last, "LE"))
+    starts = [stablehlo.clamp(zero, start, last) if d == dim else zero for d in range(len(sizes))]
+    old = stablehlo.dynamic_slice(x, starts, static_shape(update))
+    return stablehlo.dynamic_update_slice(x, stablehlo.select(fits, update, old), starts)

@@ -7,7 +7,9 @@ leading dims as batch dims (grouped-query attention splits the query heads
 into (kv heads, group) instead of repeating keys and values); the softmax is
 computed in float32 for low precision, normalized after the product with
 values, and a fully masked row gives zeros, as torch does. With dropout the
-op is random, and inlined rather than a composite.
+op is random, and inlined rather than a composite; over a KV cache just written
+in place it is inlined too, so that its products read the cache from before the
+write and the written rows apart (``emit.contraction.written_rows``).
 """
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ from jaxlib.mlir.dialects import func, stablehlo
 
 from ..constants import full_like
 from ..context import LoweringContext
-from ..emit.contraction import contract
+from ..emit.contraction import contract, written_rows
 from ..emit.elementwise import compare
 from ..emit.random_bits import dropout_values
 from ..emit.reductions import reduce
@@ -172,7 +174,9 @@ def _attention_composite(ctx, name, query, key, value, mask, scale, is_causal, g
 def scaled_dot_product_attention(ctx, query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, *,
                                  scale=None, enable_gqa=False):
     scale, groups = _options(ctx, scale, enable_gqa)
-    if dropout_p:  # random, so no composite: its decomposition function could not reach the rng_seed argument
+    # no composite where it is random (its decomposition function could not reach the rng_seed argument), or
+    # over a KV cache just written in place: the products read the cache from before the write (written_rows)
+    if dropout_p or written_rows(key) is not None or written_rows(value) is not None:
         metas = [ctx.arg_meta(i) for i in range(3)]
         out = _attention(ctx, metas, query, key, value, attn_mask, scale, is_causal, groups, 1, dropout_p)[0]
         return convert(out, ctx.out_dtype)

@@ -12,12 +12,13 @@ from jaxlib.mlir.dialects import stablehlo
 from ..constants import full_like
 from ..emit.elementwise import as_tensor, floor_quotient
 from ..emit.extremes import highest, lowest
-from ..emit.index_plans import IndexPlan, along_dim_plan, gather_plan, index_plan, scatter_plan
+from ..emit.index_plans import (IndexPlan, along_dim_plan, contiguous_start, gather_plan, index_plan, non_negative,
+                                scatter_plan, update_slice)
 from ..emit.slicing import index_value, slice_bounds, strided_slice, take, wrap_index
 from ..promotion import convert
 from ..registry import lower
-from ..shapes import broadcast_in_dim, broadcast_to, iota, normalize_dim, reshape
-from ..values import dtype_of, rank
+from ..shapes import broadcast_in_dim, broadcast_to, iota, is_static, normalize_dim, reshape
+from ..values import dtype_of, rank, static_shape
 
 aten = torch.ops.aten
 
@@ -108,17 +109,43 @@ def _accumulate(dtype):
     return stablehlo.or_ if dtype == torch.bool else stablehlo.add
 
 
+def _put_range(ctx, x, dim: int, index, values, wraps: bool):
+    """``values`` written at consecutive positions along ``dim`` (``contiguous_start``) by ``update_slice``,
+    which XLA does in place; None where that is not known (dynamic shapes, other indices) and a scatter
+    writes them. ``wraps``: a negative index counts from the end (index_put), which a one-element range takes
+    and a longer one only when its start is known to be non-negative."""
+    start = contiguous_start(ctx, index) if is_static(ctx.out_shape) and rank(x) > 0 else None
+    if start is None:
+        return None
+    sizes = list(ctx.out_shape)
+    sizes[dim] = static_shape(index)[0]
+    if wraps and sizes[dim] == 1:
+        start = wrap_index(ctx, start, ctx.out_shape[dim])
+    elif wraps and not non_negative(index):
+        return None
+    return update_slice(ctx, x, dim, start, broadcast_to(ctx, convert(values, ctx.out_dtype), sizes))
+
+
 @lower(aten.index_put.default)
 def index_put(ctx, x, indices, values, accumulate=False):
     metas = _index_metas(ctx, 1)
     if len(indices) == 1 and metas[0].dtype in (torch.bool, torch.uint8):
         return _masked_put(ctx, x, indices[0], metas[0], values, accumulate)
-    return _put(ctx, x, _listed(indices, _index_metas(ctx, 1)), values, accumulate)
+    listed = _listed(indices, metas)
+    if not accumulate and len(listed) == 1:  # x[:, :, positions] = values
+        (dim, (index, meta)), = listed.items()
+        written = _put_range(ctx, x, dim, index, values, wraps=True) if meta.dim() == 1 else None
+        if written is not None:
+            return written
+    return _put(ctx, x, listed, values, accumulate)
 
 
 @lower(aten.index_copy.default)
 def index_copy(ctx, x, dim, index, source):
-    return _put_along(ctx, x, dim, index, source)
+    """A static KV cache's write at ``cache_position``: in place where the positions are a range."""
+    written = _put_range(ctx, x, normalize_dim(dim, rank(x)), reshape(ctx, index, [ctx.arg_meta(2).numel()]),
+                         source, wraps=False)
+    return written if written is not None else _put_along(ctx, x, dim, index, source)
 
 
 @lower(aten.index_add.default)

@@ -2,9 +2,11 @@
 
 ``@main`` takes and returns what the program's ``Signature`` says (the one owner of that convention): its
 tensor inputs (parameters, buffers, lifted constants, then user inputs) in placeholder order, then
-``rng_seed`` where the program draws random numbers; its results are the program's tensor outputs, then
-the true sizes of their data-dependent dims. Non-tensor placeholders are folded in as the Python values
-torch.export specialised them to.
+``rng_seed`` where the program draws random numbers; its results are the program's tensor outputs, then the
+new values of the state the graph writes in place, then the true sizes of their data-dependent dims.
+Each state argument is donated to its new value (``tf.aliasing_output``, as ``jax.jit(donate_argnums=...)``
+emits it), so XLA updates it in place. Non-tensor placeholders are folded in as the Python values torch.export
+specialised them to.
 """
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
 from torch_stablehlo.aten_lowerings import (LoweringContext, PaddedDims, is_padded, keeps_padding, lowering_for, op_name, seeded_key,
                             tensor_type)
-from torch_stablehlo.exported_program import state_placeholders
+from torch_stablehlo.exported_program import STATE, returned_placeholders
 from torch_stablehlo.stablehlo_ir.refine import ShapeRefinementError, refine_shapes
 from torch_stablehlo.stablehlo_ir.sharding import argument_attributes, declare_mesh, replicated_results
 from torch_stablehlo.stablehlo_ir.unused import erase_unused
@@ -29,6 +31,8 @@ from .inplace import functionalised
 from .locations import LocationCache, describe
 from ..terminal import progress
 from .signature import InputSlot, Signature
+
+ALIASING_ATTR = "tf.aliasing_output"  # on an argument: the index of the result that may reuse its buffer
 
 
 def _is_tensor_meta(meta) -> bool:
@@ -42,7 +46,7 @@ class GraphLowering:
     """Lowers the graph of one ExportedProgram into a fresh ``ir.Module``."""
 
     def __init__(self, graph_module: torch.fx.GraphModule, signature: Signature,
-                 exposed: Sequence[torch.fx.Node] = (), twins: dict | None = None):
+                 exposed: Sequence[torch.fx.Node] = (), writes: dict | None = None):
         self.graph_module = graph_module
         self.signature = signature
         self.exposed = list(exposed)  # top-graph nodes whose values @main also returns, after everything else
@@ -52,8 +56,8 @@ class GraphLowering:
         self._seed: ir.Value | None = None  # @main's last argument where the graph draws random numbers
         self._keys = itertools.count()
         # the top graph's in-place nodes lowered functionally (``inplace.functionalised``; computed if not given)
-        self._twins = twins if twins is not None else functionalised(
-            graph_module, state_placeholders(graph_module, [slot.kind for slot in signature.inputs]))
+        self._writes = writes if writes is not None else functionalised(
+            graph_module, returned_placeholders(graph_module, [slot.kind for slot in signature.inputs]))
 
     def lower(self, context: ir.Context, function_name: str = "main") -> ir.Module:
         """Build the module: ``@main``'s arguments are the signature's tensor inputs, each located by its name."""
@@ -82,12 +86,14 @@ class GraphLowering:
                 output = next(n for n in self.graph_module.graph.nodes if n.op == "output")
                 results = [r for r, a in zip(self.lower_graph(self.graph_module, inputs), output.args[0])
                            if isinstance(a, torch.fx.Node)]  # constant outputs live in the signature
+                results += self._carried_state(node_of, len(results))
                 results += self._output_sizes(output)
                 results += [self._values[node] for node in self.exposed]
                 func.ReturnOp(results)
             erase_unused(block)
             function.attributes["function_type"] = ir.TypeAttr.get(
                 ir.FunctionType.get(arg_types, [r.type for r in results]))
+            _donate_state(function, self.signature, arg_types, [r.type for r in results])
             if self.signature.mesh:
                 function.res_attrs = replicated_results([r.type for r in results])
             try:
@@ -97,6 +103,12 @@ class GraphLowering:
         if self.dims.bound and all(ir.RankedTensorType(t).has_static_shape for t in arg_types):
             module = _refined(module, arg_types, context)
         return module
+
+    def _carried_state(self, node_of: dict, count: int) -> list:
+        """The state the graph wrote in place: each slot's placeholder value after the walk (the signature's
+        ``buffer_mutation`` outputs after the program's own ``count`` results)."""
+        slots = {s.target: s for s in self.signature.state}
+        return [self._values[node_of[slots[out.target]]] for out in self.signature.main_outputs[count:]]
 
     def _output_sizes(self, output: torch.fx.Node) -> list:
         """The true sizes of the outputs' data-dependent dims, in the signature's order (``Signature.sizes``)."""
@@ -115,7 +127,7 @@ class GraphLowering:
         ``exporter.conversion.inplace`` functionalises is lowered as its out-of-place twin, and the node it writes is rebound
         to the result."""
         env: dict[torch.fx.Node, object] = {}
-        twins = self._twins if graph_module is self.graph_module else functionalised(graph_module)
+        writes = self._writes if graph_module is self.graph_module else functionalised(graph_module)
         placeholders = iter(inputs)
         nodes = graph_module.graph.nodes
         if graph_module is self.graph_module:  # the top graph: a progress bar if it runs long on a terminal
@@ -127,9 +139,10 @@ class GraphLowering:
             elif node.op == "get_attr":
                 env[node] = getattr(graph_module, node.target)
             elif node.op == "call_function":
-                env[node] = self._lower_call(node, env, twins.get(node, node.target))
-                if node in twins:
-                    env[node.args[0]] = env[node]
+                write = writes.get(node)
+                env[node] = self._lower_call(node, env, write.twin if write else node.target)
+                for rebound in write.rebinds if write else ():
+                    env[rebound] = env[node]
             elif node.op == "output":  # a tuple of outputs, or one (a while_loop's condition)
                 outputs = torch.fx.node.map_aggregate(node.args[0], lambda a: env[a] if isinstance(a, torch.fx.Node) else a)
                 return list(outputs) if isinstance(outputs, (tuple, list)) else [outputs]
@@ -195,6 +208,27 @@ class GraphLowering:
         return seeded_key(self._seed, next(self._keys))
 
 
+def _donate_state(function: func.FuncOp, signature: Signature, arg_types: list, result_types: list) -> None:
+    """Mark each state argument ``tf.aliasing_output = N``, N its new value's result (same type): PJRT compiles
+    that to the executable's ``input_output_alias`` and consumes the buffer passed, so the state is updated in
+    place on the device."""
+    argument = {s.target: i for i, s in enumerate(signature.main_inputs) if s.kind == STATE}
+    outputs = signature.main_outputs
+    aliases = {argument[outputs[j].target]: j for j in signature.state_results
+               if outputs[j].target in argument and arg_types[argument[outputs[j].target]] == result_types[j]}
+    if not aliases:
+        return
+    old = function.arg_attrs if "arg_attrs" in function.attributes else None
+    i32 = ir.IntegerType.get_signless(32)
+    attrs = []
+    for i in range(len(arg_types)):
+        entries = {named.name: named.attr for named in ir.DictAttr(old[i])} if old is not None else {}
+        if i in aliases:
+            entries[ALIASING_ATTR] = ir.IntegerAttr.get(i32, aliases[i])
+        attrs.append(ir.DictAttr.get(entries))
+    function.arg_attrs = ir.ArrayAttr.get(attrs)
+
+
 def _argument_type(slot: InputSlot, node: torch.fx.Node | None) -> ir.RankedTensorType:
     """A placeholder's type from its meta (symbolic dims as ``?``); ``rng_seed``'s from its spec."""
     if node is None:
@@ -218,12 +252,12 @@ def _refined(module: ir.Module, arg_types, context: ir.Context) -> ir.Module:
     return ir.Module.parse(text, context)
 
 
-def unsupported_targets(graph_module: torch.fx.GraphModule, twins: dict | None = None) -> dict:
+def unsupported_targets(graph_module: torch.fx.GraphModule, writes: dict | None = None) -> dict:
     """Every call target (nested graphs included) without a lowering: target -> list of nodes. In-place nodes
-    the walk functionalises (``twins``, ``graph_module``'s ``exporter.conversion.inplace.functionalised``;
+    the walk functionalises (``writes``, ``graph_module``'s ``exporter.conversion.inplace.functionalised``;
     computed here for a nested graph) count as their out-of-place twin."""
     missing: dict[object, list[torch.fx.Node]] = {}
-    twins = functionalised(graph_module) if twins is None else twins
+    writes = functionalised(graph_module) if writes is None else writes
     for node in graph_module.graph.nodes:
         if node.op == "get_attr":
             attr = getattr(graph_module, node.target)
@@ -232,7 +266,8 @@ def unsupported_targets(graph_module: torch.fx.GraphModule, twins: dict | None =
                     missing.setdefault(target, []).extend(nodes)
         if node.op != "call_function" or node.target is operator.getitem:
             continue
-        if _is_size_meta(node.meta.get("val")) or lowering_for(twins.get(node, node.target)) is not None:
+        target = writes[node].twin if node in writes else node.target
+        if _is_size_meta(node.meta.get("val")) or lowering_for(target) is not None:
             continue
         missing.setdefault(node.target, []).append(node)
     return missing

@@ -1,21 +1,35 @@
 """In-place ops the graph walk functionalises itself, so that they need no ``run_decompositions`` re-trace.
 
 An in-place op that writes only its first argument (``add_``, ``copy_``, ``index_copy_``, ``detach_``, ...) is
-lowered as its out-of-place twin (``add``, ``copy``, ...), and the walk rebinds the written node to the result:
-later uses of that node see the new value, as they would in torch. That is exact when the written tensor is
-a temporary of the graph (or a lifted constant, which the program does not return) and no other alias of it,
-made before the write (a view, a ``to`` that returned its input), is read after it; and when the twin has a
-lowering, draws no random numbers (the signature's ``rng_seed`` looks for functional random ops) and the
-write keeps the tensor's shape and dtype. Writes to user inputs,
-parameters and buffers, and anything else, are left to ``run_decompositions``, which returns them.
+lowered as its out-of-place twin (``add``, ``copy``, ...), and the walk rebinds the written tensor to the result:
+the written node and every node made before the write that is the same tensor (``_identity_classes``: an earlier
+in-place op's result, a ``to`` or view that changed nothing). Later uses of any of them see the new value, as
+they would in torch. That is exact when no other alias of the written tensor (a view of part of it, a ``to``
+that may have copied), made before the write, is read after it; and when the twin has a lowering, draws no
+random numbers (the signature's ``rng_seed`` looks for functional random ops) and the write keeps the tensor's
+shape and dtype.
+
+The written tensor may be a temporary of the graph or the program's state (the buffers and lifted constants it
+writes; ``exported_program.input_kinds``): a state placeholder is rebound like any other node, so its value after the
+walk is its new value, which ``@main`` returns (``GraphLowering``). A write to part of a state tensor (through a
+slice) cannot be carried so; such writes, and writes to the inputs whose updates the program returns itself
+(user inputs, parameters), are left to ``run_decompositions``, which returns them.
 """
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import torch
 
 from torch_stablehlo.aten_lowerings import RANDOM_OPS, lowering_for
 
 aten = torch.ops.aten
+
+
+class Write(NamedTuple):
+    """An in-place node the walk lowers as ``twin``; its result becomes the value of each node in ``rebinds``."""
+    twin: torch._ops.OpOverload
+    rebinds: tuple[torch.fx.Node, ...]
 
 
 def functional_twin(target) -> torch._ops.OpOverload | None:
@@ -32,32 +46,54 @@ def functional_twin(target) -> torch._ops.OpOverload | None:
     return None if twin is None or twin._schema.is_mutable else twin
 
 
-def functionalised(graph_module: torch.fx.GraphModule, state=None) -> dict[torch.fx.Node, torch._ops.OpOverload]:
-    """In-place nodes of ``graph_module`` the walk lowers as their functional twin: node -> twin.
+def functionalised(graph_module: torch.fx.GraphModule, returned=None) -> dict[torch.fx.Node, Write]:
+    """In-place nodes of ``graph_module`` the walk lowers as their functional twin.
 
-    ``state`` is the set of placeholders whose writes the program must return
-    (``exported_program.state_placeholders``); None means every placeholder (a nested graph's inputs are its
-    caller's values).
+    ``returned`` is the set of placeholders whose writes the program returns itself (user inputs, parameters):
+    those are left to ``run_decompositions``; None means every placeholder (a nested graph's inputs are its
+    caller's values). A write to another placeholder (the program's state) is rebound when it writes the
+    whole tensor.
     """
     nodes = list(graph_module.graph.nodes)
     position = {node: i for i, node in enumerate(nodes)}
     placeholders = [n for n in nodes if n.op in ("placeholder", "get_attr")]
-    state = set(placeholders if state is None else state) | {n for n in nodes if n.op == "get_attr"}
-    aliases = _alias_classes(nodes)
-    twins = {}
+    returned = set(placeholders if returned is None else returned) | {n for n in nodes if n.op == "get_attr"}
+    aliases, identities = _alias_classes(nodes), _identity_classes(nodes)
+    writes = {}
     for node in nodes:
         twin = functional_twin(node.target) if node.op == "call_function" else None
         if twin is None or twin in RANDOM_OPS or lowering_for(twin) is None or not _same_type(node, node.args[0]):
             continue
         written = node.args[0]
-        members = aliases[written]
-        if members & state:
+        members, same = aliases[written], identities[written]
+        if members & returned or any(m.op == "placeholder" and m not in same for m in members):
             continue
-        stale = [a for a in members if a is not written and position[a] < position[node]
+        rebinds = [a for a in same if position[a] < position[node]]
+        stale = [a for a in members - set(rebinds) if position[a] < position[node]
                  and any(position[user] > position[node] for user in a.users)]
         if not stale:
-            twins[node] = twin
-    return twins
+            writes[node] = Write(twin, (written, *sorted(set(rebinds) - {written}, key=position.get)))
+    return writes
+
+
+def written_placeholders(graph_module: torch.fx.GraphModule, writers=None) -> dict[torch.fx.Node, set]:
+    """Each node of ``writers`` (default: every node) that writes a placeholder, itself or through an alias ->
+    the placeholders it writes."""
+    nodes = list(graph_module.graph.nodes)
+    aliases = _alias_classes(nodes)
+    written = {}
+    for node in nodes if writers is None else writers:
+        placeholders = {m for value in _written_arguments(node) for m in aliases[value] if m.op == "placeholder"}
+        if placeholders:
+            written[node] = placeholders
+    return written
+
+
+def _written_arguments(node: torch.fx.Node) -> list[torch.fx.Node]:
+    if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
+        return []
+    return [value for argument, value in _bound(node)
+            if argument.alias_info is not None and argument.alias_info.is_write and isinstance(value, torch.fx.Node)]
 
 
 def _same_type(node: torch.fx.Node, written) -> bool:
@@ -67,41 +103,72 @@ def _same_type(node: torch.fx.Node, written) -> bool:
             and new.shape == old.shape)
 
 
-def _alias_classes(nodes) -> dict[torch.fx.Node, set]:
-    """Each node's set of possible aliases: a view or in-place op's result joins the arguments it may alias
-    (its schema says which); getitem and non-aten calls join all their node arguments, conservatively."""
+def _classes(nodes, edges) -> dict[torch.fx.Node, set]:
+    """The classes of ``nodes`` joined by ``edges(node)`` (the nodes each one joins)."""
     classes = {node: {node} for node in nodes}
-
-    def join(a, b):
-        if classes[a] is not classes[b]:
-            merged = classes[a] | classes[b]
-            for member in merged:
-                classes[member] = merged
-
     for node in nodes:
-        if node.op != "call_function":
-            continue
-        for source in _aliased_arguments(node):
-            join(node, source)
+        for source in edges(node):
+            if classes[node] is not classes[source]:
+                merged = classes[node] | classes[source]
+                for member in merged:
+                    classes[member] = merged
     return classes
 
 
+def _alias_classes(nodes) -> dict[torch.fx.Node, set]:
+    """Each node's set of possible aliases: a view or in-place op's result joins the arguments it may alias
+    (its schema says which); getitem and non-aten calls join all their node arguments, conservatively."""
+    return _classes(nodes, lambda node: _aliased_arguments(node) if node.op == "call_function" else [])
+
+
+def _identity_classes(nodes) -> dict[torch.fx.Node, set]:
+    """Each node's set of nodes that are the same tensor: an in-place op's result is its first argument, and a
+    view or ``to`` whose result has its input's dtype, shape, strides and offset changed nothing."""
+    def same_tensor(node):
+        source = node.args[0] if node.op == "call_function" and node.args else None
+        if not isinstance(source, torch.fx.Node) or source not in _aliased_arguments(node):
+            return []
+        return [source] if _same_layout(node.meta.get("val"), source.meta.get("val")) else []
+
+    return _classes(nodes, same_tensor)
+
+
+def _same_layout(new, old) -> bool:
+    """Both tensors with one dtype, shape, strides and offset (symbolic sizes compared by expression, adding no
+    guards)."""
+    if not (isinstance(new, torch.Tensor) and isinstance(old, torch.Tensor)) or new.dim() != old.dim():
+        return False
+    layout = lambda t: [t.dtype, *t.shape, *t.stride(), t.storage_offset()]  # noqa: E731
+    return all(str(a) == str(b) if isinstance(a, torch.SymInt) or isinstance(b, torch.SymInt) else a == b
+               for a, b in zip(layout(new), layout(old)))
+
+
 def _aliased_arguments(node: torch.fx.Node) -> list[torch.fx.Node]:
-    """The node arguments ``node``'s result may alias."""
+    """The node arguments ``node``'s result may alias (``to`` only when it keeps the dtype: otherwise a copy)."""
     target = node.target
     if isinstance(target, torch._ops.OpOverload):
-        schema = target._schema
-        if not any(r.alias_info is not None for r in schema.returns):
+        if not any(r.alias_info is not None for r in target._schema.returns):
             return []
-        bound = list(zip(schema.arguments, node.args)) + [(a, node.kwargs[a.name]) for a in schema.arguments
-                                                          if a.name in node.kwargs]
-        return [value for argument, value in bound
+        if target.overloadpacket is aten.to and _dtype(node) != _dtype(node.args[0]):
+            return []
+        return [value for argument, value in _bound(node)
                 if argument.alias_info is not None and isinstance(value, torch.fx.Node)]
     return list(node.all_input_nodes)
 
 
-def unfunctionalised_mutations(graph_module: torch.fx.GraphModule, twins: dict) -> list[torch.fx.Node]:
-    """The mutating nodes that the walk cannot functionalise (not among ``twins``, ``graph_module``'s
+def _dtype(node) -> torch.dtype | None:
+    value = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+    return value.dtype if isinstance(value, torch.Tensor) else None
+
+
+def _bound(node: torch.fx.Node) -> list:
+    """(schema argument, value) for each argument ``node`` passes."""
+    arguments = node.target._schema.arguments
+    return list(zip(arguments, node.args)) + [(a, node.kwargs[a.name]) for a in arguments if a.name in node.kwargs]
+
+
+def unfunctionalised_mutations(graph_module: torch.fx.GraphModule, writes: dict) -> list[torch.fx.Node]:
+    """The mutating nodes that the walk cannot functionalise (not among ``writes``, ``graph_module``'s
     ``functionalised``): they need ``run_decompositions``."""
-    return [n for n in graph_module.graph.nodes if n.op == "call_function" and n not in twins
+    return [n for n in graph_module.graph.nodes if n.op == "call_function" and n not in writes
             and isinstance(n.target, torch._ops.OpOverload) and n.target._schema.is_mutable]

@@ -17,16 +17,16 @@ from torch._export.utils import _get_decomp_for_cia
 from torch.export import ExportedProgram
 
 from torch_stablehlo.aten_lowerings import op_name
-from torch_stablehlo.exported_program import kind_names, state_placeholders, weight_values
+from torch_stablehlo.exported_program import kind_name, returned_placeholders, weight_values
 from torch_stablehlo.quantize import lowering_graph, plain_quantized_weights, prepare_quantized
 from torch_stablehlo.stablehlo_ir.mlir_context import make_context
 
-from ..errors import UnsupportedOpsError
+from ..errors import LoweringError, UnsupportedOpsError
 from .graph_lowering import GraphLowering, unsupported_targets
-from .inplace import functionalised, unfunctionalised_mutations
+from .inplace import functionalised, unfunctionalised_mutations, written_placeholders
 from .locations import describe
 from .sharding import shard_signature
-from .signature import Signature, signature_of
+from .signature import Signature, program_input_kinds, signature_of
 from .weight_stacks import fold_weight_stacks
 
 
@@ -36,27 +36,36 @@ class Conversion:
     program: ExportedProgram             # the convertible program (see ``convert``)
     signature: Signature                 # @main's calling convention
     graph_module: torch.fx.GraphModule   # the graph to lower (``quantize.lowering_graph``)
-    twins: dict                          # its in-place nodes the walk lowers functionally (``inplace.functionalised``)
-    weights: dict[str, torch.Tensor]     # the program's own weight tensors (``exported_program.weight_values``)
+    writes: dict                         # its in-place nodes the walk lowers functionally (``inplace.functionalised``)
+    weights: dict[str, torch.Tensor]     # @main's held arguments: the weights and the state's exported values
 
     def lower(self, exposed: Sequence[torch.fx.Node] = ()) -> ir.Module:
         """``@main`` in a fresh module; it also returns the values of the ``exposed`` top-graph nodes, last."""
-        return GraphLowering(self.graph_module, self.signature, exposed, self.twins).lower(make_context())
+        return GraphLowering(self.graph_module, self.signature, exposed, self.writes).lower(make_context())
 
 
 def convert(model, args=(), kwargs=None, *, dynamic_shapes=None, quantized_ops: str = "fused", mesh=None,
             shardings=None) -> Conversion:
     """``model`` (an ``nn.Module``, exported here, or an ``ExportedProgram``) ready to lower; ``quantized_ops``,
     ``mesh`` and ``shardings`` as ``export_to_stablehlo`` takes them."""
-    program, twins = _decomposed(prepare_quantized(_exported(model, args, kwargs, dynamic_shapes)))
+    program, writes = _decomposed(prepare_quantized(_exported(model, args, kwargs, dynamic_shapes)))
     checked = program.graph_module
     program = fold_weight_stacks(program)
     signature = shard_signature(signature_of(program), mesh, shardings, program.graph_module)
     graph_module = lowering_graph(program, quantized_ops)
     if graph_module is not checked:  # stacks folded or quantization ops annotated: a copy, with nodes of its own
-        twins = _functionalised(graph_module, program)
-    return Conversion(program, signature, graph_module, twins,
-                      weight_values(program, [slot.target for slot in signature.weights]))
+        writes = _functionalised(graph_module, program)
+    return Conversion(program, signature, graph_module, writes, _held_values(program, signature))
+
+
+def _held_values(program: ExportedProgram, signature: Signature) -> dict[str, torch.Tensor]:
+    """The values of ``@main``'s held arguments: the weights (the program's own tensors, never copies) and the
+    state's exported values (copies: running ``ep.module()`` writes the program's own)."""
+    held = weight_values(program, [slot.target for slot in signature.held_inputs])
+    for slot in signature.state:
+        value = held[slot.target]
+        held[slot.target] = value if value.is_meta else value.detach().clone()
+    return held
 
 
 def _exported(model, args, kwargs, dynamic_shapes) -> ExportedProgram:
@@ -81,30 +90,54 @@ def _decomposed(program: ExportedProgram) -> tuple[ExportedProgram, dict]:
     again while a decomposition leaves new ops without a lowering; raises once,
     listing every op that has neither a lowering nor a decomposition.
     """
-    twins, missing = _checked(program)
+    writes, missing = _checked(program)
     decomposable = _decompositions(missing)
-    if decomposable or unfunctionalised_mutations(program.graph_module, twins):
+    mutations = unfunctionalised_mutations(program.graph_module, writes)
+    _refuse_uncarried_constants(program, mutations)
+    if decomposable or mutations:
         program = program.run_decompositions(decomposable)
-        twins, missing = _checked(program)
+        writes, missing = _checked(program)
     tried = set(decomposable)
     while decomposable := {t: d for t, d in _decompositions(missing).items() if t not in tried}:
         tried |= set(decomposable)
         program = program.run_decompositions(decomposable)
-        twins, missing = _checked(program)
+        writes, missing = _checked(program)
     if missing:
         raise UnsupportedOpsError({op_name(t): (len(nodes), describe(nodes[0])) for t, nodes in missing.items()})
-    return program, twins
+    uncarried = unfunctionalised_mutations(program.graph_module, writes)
+    if uncarried:
+        raise LoweringError(f"{len(uncarried)} in-place write(s) cannot be carried, e.g. {op_name(uncarried[0].target)} "
+                            f"at {describe(uncarried[0])} ({uncarried[0].format_node()}): it writes part of a tensor "
+                            "that is read again through another alias, or state torch did not functionalise; "
+                            "write the whole tensor (index_copy_, copy_) instead")
+    return program, writes
+
+
+def _refuse_uncarried_constants(program: ExportedProgram, mutations: list[torch.fx.Node]) -> None:
+    """Raise LoweringError for a write the walk cannot carry (part of a tensor, through a view) into a lifted
+    constant: ``run_decompositions`` cannot functionalise those either."""
+    placeholders = [n for n in program.graph.nodes if n.op == "placeholder"]
+    constants = {n: spec.target for n, spec in zip(placeholders, program.graph_signature.input_specs)
+                 if kind_name(spec) == "constant"}
+    for node, written in written_placeholders(program.graph_module, mutations).items():
+        for placeholder in written & set(constants):
+            raise LoweringError(
+                f"{op_name(node.target)} at {describe(node)} writes part of the lifted constant "
+                f"'{constants[placeholder]}' through a view ({node.format_node()}): that state cannot be carried "
+                "from call to call (the walk carries whole-tensor writes such as index_copy_ and copy_; torch "
+                "cannot functionalise writes to constants); register the tensor as a buffer "
+                "(register_buffer(..., persistent=False)) or write the whole tensor")
 
 
 def _checked(program: ExportedProgram) -> tuple[dict, dict]:
     """The program's graph functionalised, and the targets in it without a lowering (reading that)."""
-    twins = _functionalised(program.graph_module, program)
-    return twins, unsupported_targets(program.graph_module, twins)
+    writes = _functionalised(program.graph_module, program)
+    return writes, unsupported_targets(program.graph_module, writes)
 
 
 def _functionalised(graph_module: torch.fx.GraphModule, program: ExportedProgram) -> dict:
     """``graph_module`` (``program``'s graph, or a copy with the same placeholders) functionalised."""
-    return functionalised(graph_module, state_placeholders(graph_module, kind_names(program)))
+    return functionalised(graph_module, returned_placeholders(graph_module, program_input_kinds(program)))
 
 
 def _decompositions(targets) -> dict:

@@ -14,20 +14,21 @@ from torch.export.graph_signature import OutputKind
 from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
 from torch_stablehlo.aten_lowerings import RNG_SEED_DTYPE, RNG_SEED_NAME, uses_random
-from torch_stablehlo.exported_program import WEIGHT_KINDS, kind_name
+from torch_stablehlo.exported_program import HELD_KINDS, STATE, WEIGHT_KINDS, input_kinds
 from torch_stablehlo.stablehlo_ir.dtypes import PYTHON_SCALAR_DTYPES, scalar_type, uncarried
 from torch_stablehlo.stablehlo_ir.sharding import Spec, normalize_spec, num_devices, spec_text
 from torch_stablehlo.stablehlo_ir.specs import TensorSpec, dtype_name
 
 from ..errors import InputError
 from . import symbolic_dims
+from .inplace import written_placeholders
 
 
 @dataclass(frozen=True)
 class InputSlot:
     """One graph placeholder: a weight (``target`` = state-dict key) or a user input."""
     name: str
-    kind: str                      # an exported_program.INPUT_KINDS name ("parameter", "user_input", ...), "rng_seed"
+    kind: str                      # an exported_program kind ("parameter", "state", "user_input", ...), "rng_seed"
     target: str | None
     tensor: TensorSpec | None      # None for a non-tensor input that export specialised
     value: object = None           # that specialised value
@@ -49,8 +50,9 @@ class InputSlot:
 @dataclass(frozen=True)
 class OutputSlot:
     """One output of the program: a result of ``@main`` (``tensor``) or a constant it returns (``value``)."""
-    kind: str                      # "user_output" | "buffer_mutation" | "user_input_mutation"
-    target: str | None             # the mutated buffer's state-dict key, or the mutated user input's name
+    kind: str                      # "user_output" | "buffer_mutation" (a state slot's new value)
+                                   # | "user_input_mutation"
+    target: str | None             # the state slot's target (buffer_mutation), or the mutated user input's name
     tensor: TensorSpec | None      # None for a constant output (not among @main's results)
     scalar: str | None = None      # "int" | "float" | "bool": a SymInt/SymFloat/SymBool, a 0-d tensor in @main
     value: object = None           # a constant output's value
@@ -92,12 +94,28 @@ class Signature:
         return [s for s in self.inputs if s.kind in WEIGHT_KINDS]
 
     @property
+    def state(self) -> list[InputSlot]:
+        """The program's persistent state: the buffers and lifted constants it writes, carried from call to call."""
+        return [s for s in self.inputs if s.kind == STATE]
+
+    @property
+    def state_results(self) -> set[int]:
+        """The positions among ``@main``'s results of the state's new values (``buffer_mutation`` outputs)."""
+        return {i for i, slot in enumerate(self.main_outputs) if slot.kind == "buffer_mutation"}
+
+    @property
+    def held_inputs(self) -> list[InputSlot]:
+        """``@main``'s leading arguments, which the artifact holds: the weights and the state, in ``@main`` order."""
+        return [s for s in self.inputs if s.kind in HELD_KINDS]
+
+    @property
     def user_inputs(self) -> list[InputSlot]:
         return [s for s in self.inputs if s.kind == "user_input"]
 
     @property
     def main_inputs(self) -> list[InputSlot]:
-        """``@main``'s arguments, in order: the tensor inputs (weights, then user inputs), then ``rng_seed``."""
+        """``@main``'s arguments, in order: the tensor inputs (weights and state, then user inputs), then
+        ``rng_seed``."""
         return [s for s in self.inputs if s.tensor is not None]
 
     @property
@@ -166,12 +184,13 @@ class Signature:
 
     def output_values(self, results: list) -> list:
         """``@main``'s results, one per ``main_outputs`` slot, in the slot's dtype (``stablehlo_ir.dtypes.CARRIED``);
-        each output with a data-dependent dim sliced to the size ``@main`` returned for it (after the outputs)."""
+        each output with a data-dependent dim sliced to the size ``@main`` returned for it (after the outputs).
+        A result given as None (the state, which stays on the device) stays None."""
         count = len(self.main_outputs)
         sizes = {name: int(size.item()) for name, size in zip(self.sizes, results[count:])}
         values = []
         for slot, value in zip(self.main_outputs, results[:count]):
-            if not slot.scalar:
+            if value is not None and not slot.scalar:
                 value = uncarried(value, slot.tensor.torch_dtype)
                 for dim, size in enumerate(slot.tensor.shape):
                     if size in sizes:
@@ -211,6 +230,9 @@ class Signature:
         lines.append(f"weights: {len(self.weights)} tensors" + (
             f" ({len(sharded)} sharded; the others as XLA's propagation decides)" if self.mesh else ""))
         lines += [f"  {s.name}: {s.tensor.dtype}{list(s.tensor.shape)}{_sharding_note(s)}" for s in sharded]
+        if self.state:
+            lines.append(f"state: {len(self.state)} tensors, carried from call to call")
+            lines += [f"  {s.name}: {s.tensor.dtype}{list(s.tensor.shape)}" for s in self.state]
         lines.append("outputs:")
         lines += [f"  {s.tensor.name}: {s.scalar or s.tensor.dtype}{'' if s.scalar else list(s.tensor.shape)}"
                   if s.tensor else f"  constant: {s.value!r}" for s in self.user_outputs]
@@ -226,13 +248,19 @@ _OUTPUT_KINDS = {OutputKind.USER_OUTPUT: "user_output", OutputKind.BUFFER_MUTATI
                  OutputKind.USER_INPUT_MUTATION: "user_input_mutation"}
 
 
+def program_input_kinds(ep: torch.export.ExportedProgram) -> list[str | None]:
+    """Each input's kind (``exported_program.input_kinds``), reading which placeholders the graph writes in place."""
+    return input_kinds(ep, set().union(*written_placeholders(ep.graph_module).values()))
+
+
 def signature_of(ep: torch.export.ExportedProgram) -> Signature:
-    """Read the calling convention of an ExportedProgram (inputs in placeholder order)."""
+    """Read the calling convention of an ExportedProgram (inputs in placeholder order). A state slot the graph
+    writes in place (not among torch's buffer mutations) gets a ``buffer_mutation`` output after the program's
+    own: ``@main`` returns its value after the walk (``GraphLowering``)."""
     placeholders = {n.name: n for n in ep.graph.nodes if n.op == "placeholder"}
     call_signature = ep.module_call_graph[0].signature
     inputs = []
-    for spec in ep.graph_signature.input_specs:
-        kind = kind_name(spec)
+    for spec, kind in zip(ep.graph_signature.input_specs, program_input_kinds(ep)):
         if kind is None:
             raise NotImplementedError(f"input kind {spec.kind} ({spec.arg}) is not supported")
         meta = placeholders[spec.arg.name].meta.get("val")
@@ -266,6 +294,9 @@ def signature_of(ep: torch.export.ExportedProgram) -> Signature:
         tensor = (TensorSpec(name, dtype_name(PYTHON_SCALAR_DTYPES[python]), ()) if scalar
                   else TensorSpec.from_meta(name, meta))
         outputs.append(OutputSlot(kind, spec.target, tensor, scalar))
+    returned = {s.target for s in outputs if s.kind == "buffer_mutation"}
+    outputs += [OutputSlot("buffer_mutation", s.target, s.tensor) for s in inputs
+                if s.kind == STATE and s.target not in returned]
     in_spec, out_spec = call_signature.in_spec, call_signature.out_spec
     names = symbolic_dims.user_dim_names(ep)  # torch's s77 -> the user's Dim name, where torch kept it
     if names:

@@ -8,10 +8,12 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import numpy as np
 import torch
 
+from torch_stablehlo.exported_program import STATE
 from torch_stablehlo.runtime import pjrt
-from torch_stablehlo.stablehlo_ir.dtypes import to_numpy, to_torch
+from torch_stablehlo.stablehlo_ir.dtypes import to_numpy, to_torch, uncarried
 
 from . import bundle
 from ..errors import WeightsError
@@ -22,7 +24,12 @@ from .weights import alias_map, attach, missing_data
 
 
 class StableHLOArtifact:
-    """A converted program. Call it like the original model; it runs on the PJRT runtime."""
+    """A converted program. Call it like the original model; it runs on the PJRT runtime.
+
+    ``weights`` holds the values of ``@main``'s leading arguments: the weights, and the exported values of the
+    program's state (``signature.state``: the buffers and lifted constants it writes, e.g. a static KV cache).
+    The state's current value lives on the device, donated to each call and replaced by its result; it reaches
+    the host only when read (``state``); ``reset_state`` returns it to the exported values."""
 
     def __init__(self, stablehlo_text: str, signature: Signature, weights: dict[str, torch.Tensor],
                  *, platform: str = "cpu"):
@@ -32,6 +39,7 @@ class StableHLOArtifact:
         self.platform = platform
         self._executables: dict[tuple, pjrt.Executable] = {}  # by @main's argument shapes where dynamic
         self._device_weights: dict[str, object] = {}
+        self._device_state: dict[str, object] = {}  # each state slot's value after the last call, by target
         self._weight_readers: dict[str, object] = {}  # weights read shard by shard from files (load_artifact)
         self._seed = 0  # the next call's rng_seed, where the program draws random numbers
 
@@ -41,17 +49,19 @@ class StableHLOArtifact:
 
     def run_flat(self, tensors: list[torch.Tensor]) -> list:
         """Run on the tensor inputs in ``@main`` order; returns the user outputs, flat (tensors, and Python
-        scalars and constants where the model returns them). Inputs the model mutates are updated in place."""
-        results = iter(self.signature.output_values(self.main_results(tensors)))
+        scalars and constants where the model returns them). Inputs the model mutates are updated in place;
+        the state stays on the device for the next call."""
+        arrays, carried = self._execute(tensors), self.signature.state_results
+        results = iter(self.signature.output_values([None if i in carried else to_torch(a)
+                                                     for i, a in enumerate(arrays)]))
         inputs = {slot.name: tensor for slot, tensor in
                   zip([s for s in self.signature.user_inputs if s.tensor is not None], tensors)}
         user_outputs, updates = [], []
         for slot in self.signature.outputs:
             value = next(results) if slot.tensor is not None else None
-            if slot.kind == "buffer_mutation":  # state carried to the next call, as in eager
-                self.weights[slot.target] = value
-                self._device_weights.pop(slot.target, None)
-            elif slot.kind == "user_input_mutation":
+            if slot.kind == "buffer_mutation":  # the state, carried to the next call on the device (_execute)
+                continue
+            if slot.kind == "user_input_mutation":
                 updates.append((inputs[slot.target], value))
             else:
                 user_outputs.append(slot.user_value(value))
@@ -61,15 +71,36 @@ class StableHLOArtifact:
         return user_outputs
 
     def main_results(self, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
-        """Every result of ``@main`` for the tensor inputs in ``@main`` order (weights and ``rng_seed`` added
-        here), as torch tensors: nothing sliced, cast back or matched to the signature's outputs."""
+        """Every result of ``@main`` for the tensor inputs in ``@main`` order (weights, state and ``rng_seed``
+        added here), as torch tensors: nothing sliced, cast back or matched to the signature's outputs (the
+        state's new values copied: the device keeps them for the next call)."""
+        carried = self.signature.state_results
+        return [to_torch(np.array(a)) if i in carried else to_torch(a) for i, a in enumerate(self._execute(tensors))]
+
+    def _execute(self, tensors: list[torch.Tensor]) -> list:
+        """``@main``'s results on the device for the tensor inputs in ``@main`` order; the state passed is
+        consumed (donated) and its new values are kept for the next call."""
         validate_inputs([slot.tensor for slot in self.signature.user_inputs if slot.tensor is not None], tensors)
         self.signature.check_dims(tensors)  # symbolic dims: in range, and equal where they must be
         hosts = [to_numpy(t) for t in tensors + self._seeds()]
-        weights = self.signature.weights
-        executable = self._compiled([s.tensor.shape for s in weights] + [h.shape for h in hosts])
-        device_inputs = self._weights_on_device(executable) + executable.put(hosts, first=len(weights))
-        return [to_torch(array) for array in executable.execute(device_inputs)]
+        held = self.signature.held_inputs
+        executable = self._compiled([s.tensor.shape for s in held] + [h.shape for h in hosts])
+        arrays = executable.execute(self._held_on_device(executable) + executable.put(hosts, first=len(held)))
+        outputs = self.signature.main_outputs
+        self._device_state.update({outputs[i].target: arrays[i] for i in self.signature.state_results})
+        return arrays
+
+    @property
+    def state(self) -> dict[str, torch.Tensor]:
+        """The program's state as it is now (name -> a torch tensor of its own), read from the device."""
+        return {slot.name: uncarried(to_torch(np.array(self._device_state[slot.target])), slot.tensor.torch_dtype)
+                if slot.target in self._device_state else self.weights[slot.target].clone()
+                for slot in self.signature.state}
+
+    def reset_state(self) -> "StableHLOArtifact":
+        """Return the state to its exported values (the next call starts from them). Returns the artifact."""
+        self._device_state.clear()
+        return self
 
     def manual_seed(self, seed: int) -> "StableHLOArtifact":
         """Seed the random ops: the next call draws from ``seed``, each call after it from the next seed,
@@ -94,21 +125,28 @@ class StableHLOArtifact:
                                                         mesh=self.signature.mesh)
         return self._executables[shapes]
 
-    def _weights_on_device(self, executable: pjrt.Executable) -> list:
-        """Device copies of the weights, made once (over a mesh, each device holding its shard only, as
-        ``executable`` takes it); aliases (tied weights) share one copy."""
-        slots = self.signature.weights
-        missing = [s.target for i, s in enumerate(slots)
-                   if s.target not in self._device_weights or not executable.holds(i, self._device_weights[s.target])]
-        if missing:
+    def _held_on_device(self, executable: pjrt.Executable) -> list:
+        """``@main``'s held arguments on the device. Weights: copies made once (over a mesh, each device holding
+        its shard only, as ``executable`` takes it); aliases (tied weights) share one copy. State: its value
+        after the last call, else a copy of its exported value of its own (each call consumes it)."""
+        slots = self.signature.held_inputs
+        index = {s.target: i for i, s in enumerate(slots)}
+        weights = [s.target for i, s in enumerate(slots) if s.kind != STATE and (
+            s.target not in self._device_weights or not executable.holds(i, self._device_weights[s.target]))]
+        state = [s.target for s in slots if s.kind == STATE and s.target not in self._device_state]
+        if weights or state:
             self._require_weights("run")
-            canonical = alias_map({name: self.weights[name] for name in missing})
+        if weights:
+            canonical = alias_map({name: self.weights[name] for name in weights})
             unique = sorted(set(canonical.values()))
-            index = {s.target: i for i, s in enumerate(slots)}
-            hosts = [self._weight_readers.get(name) or to_numpy(self.weights[name]) for name in unique]
-            placed = {name: executable.put([host], first=index[name])[0] for name, host in zip(unique, hosts)}
-            self._device_weights.update({name: placed[canonical[name]] for name in missing})
-        return [self._device_weights[s.target] for s in slots]
+            placed = {name: executable.put([self._host(name)], first=index[name])[0] for name in unique}
+            self._device_weights.update({name: placed[canonical[name]] for name in weights})
+        self._device_state.update({name: executable.put([self._host(name)], first=index[name])[0] for name in state})
+        return [self._device_state[s.target] if s.kind == STATE else self._device_weights[s.target] for s in slots]
+
+    def _host(self, name: str):
+        """A held argument's value as the runtime places it: the file reader (``local_shards``) or numpy."""
+        return self._weight_readers.get(name) or to_numpy(self.weights[name])
 
     # -- weightless artifacts (a meta-device export, a weightless bundle) ---------------
     @property
@@ -123,6 +161,7 @@ class StableHLOArtifact:
         another shape or dtype (nothing is attached then). Returns the artifact."""
         self.weights = attach(self.weights, source)
         self._device_weights.clear()
+        self._device_state.clear()
         return self
 
     def _require_weights(self, action: str) -> None:

@@ -39,7 +39,7 @@ from .versions import DEFAULT_TARGET, check_readable, producer_versions, resolve
 from .weights import alias_map, has_data, nbytes, placeholder
 
 FORMAT = "torch-stablehlo-bundle"
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3  # 3: state slots (kind "state", their exported values stored with the weights) donated by @main
 MANIFEST, MODULE_PORTABLE, MODULE_TEXT = "manifest.json", "module.mlirbc", "module.mlir"
 DEFAULT_SHARD_BYTES = 2 * 1024 ** 3
 _REQUIRED = ("stablehlo_version", "signature", "weights", "weight_aliases", "files")

@@ -41,7 +41,7 @@ class ServedModule(tf.Module):
         aliases = alias_map(artifact.weights)
         variables = {name: tf.Variable(to_numpy(artifact.weights[name]), trainable=False, name=_tf_name(name))
                      for name, target in aliases.items() if name == target}
-        self.weight_variables = [variables[aliases[slot.target]] for slot in signature.weights]
+        self.weight_variables = [variables[aliases[slot.target]] for slot in signature.held_inputs]
         self._variable_of = {name: variables[target] for name, target in aliases.items()}
         self._outputs = signature.main_outputs  # a constant output is not served
         self._call_options = dict(

@@ -89,7 +89,10 @@ def test_buffer_mutation_carries_state_between_calls():
     for step in range(3):
         x = torch.full((3,), float(step + 1))
         torch.testing.assert_close(artifact(x), eager(x))
-    torch.testing.assert_close(artifact.weights["total"], eager.total)
+    torch.testing.assert_close(artifact.state["total"], eager.total)
+    assert [s.name for s in artifact.signature.state] == ["total"] and not artifact.signature.weights
+    torch.testing.assert_close(artifact.reset_state().state["total"], torch.zeros(3))
+    torch.testing.assert_close(artifact(torch.ones(3)), torch.full((3,), 2.0))
 
 
 def test_tied_weights_save(tmp_path):

@@ -66,7 +66,7 @@ def test_a_tensor_larger_than_the_shard_size_gets_a_shard_of_its_own(tower, tmp_
 
 def test_manifest_records_versions_signature_and_checksums(saved):
     manifest = json.loads((saved / "manifest.json").read_text())
-    assert manifest["format_version"] == 2
+    assert manifest["format_version"] == 3
     assert manifest["stablehlo_version"] == resolve_target_version("week12")
     assert manifest["torch_version"] == torch.__version__
     assert {"jaxlib_version", "producer", "producer_version", "stablehlo_target"} <= set(manifest)
@@ -163,8 +163,8 @@ def test_stablehlo_version_newer_than_this_jaxlib_reads(saved):
 
 
 def test_bundle_format_newer_than_this_exporter_reads(saved):
-    _edit_manifest(saved, format_version=3)
-    with pytest.raises(BundleVersionError, match="bundle format 3 is not readable .* upgrade torch-stablehlo-exporter"):
+    _edit_manifest(saved, format_version=4)
+    with pytest.raises(BundleVersionError, match="bundle format 4 is not readable .* upgrade torch-stablehlo-exporter"):
         load_artifact(saved)
 
 

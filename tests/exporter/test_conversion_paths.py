@@ -99,6 +99,39 @@ def test_static_cache_write_without_retrace(no_retrace):
     assert_matches_eager(StaticCache(), x, position)
 
 
+class BufferCache(torch.nn.Module):
+    """A decoder step's cache as a strict=True export keeps it: a buffer written in place (``copy_`` of the
+    position, then ``index_copy_`` at ``arange(n) + position``, through a ``to`` that returns it), read after."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("cache", torch.zeros(8, 4), persistent=False)
+        self.register_buffer("length", torch.tensor(0), persistent=False)
+
+    def forward(self, x, position):
+        self.length.copy_(position[0])
+        at = torch.arange(x.shape[0]) + self.length.to(torch.int64)
+        self.length.to(torch.int64).add_(x.shape[0])
+        self.cache.index_copy_(0, at, x)
+        return self.cache.sum(0) + self.length
+
+
+@pytest.mark.parametrize("strict", [True, False])
+def test_state_written_in_place_is_carried_without_retrace(strict, no_retrace):
+    """Buffers written in place are the program's state: rebound by the walk (no run_decompositions), returned
+    and carried to the next call, exactly as ep.module() carries them."""
+    inputs = (torch.ones(2, 4), torch.tensor([0]))
+    program = torch.export.export(BufferCache(), inputs, strict=strict)
+    artifact = export_to_stablehlo(program)
+    eager = program.module()
+    for step in range(3):
+        x, position = torch.full((2, 4), float(step + 1)), torch.tensor([2 * step])
+        torch.testing.assert_close(artifact(x, position), eager(x, position))
+    assert {s.name for s in artifact.signature.state} == {"cache", "length"}
+    torch.testing.assert_close(artifact.state["cache"], eager.cache)
+    torch.testing.assert_close(artifact.state["length"], eager.length)
+
+
 def _write_to_input(x):
     x.add_(1)
     return x * 2

@@ -123,8 +123,9 @@ def test_cache_key_covers_the_compile_options():
 
     from torch_stablehlo.runtime import pjrt
     cpu = pjrt.client("cpu")
-    default = CompileCache.key("a" * 64, cpu, pjrt.compile_options())
-    assert default == CompileCache.key("a" * 64, cpu)  # None means the defaults
+    default = CompileCache.key("a" * 64, cpu, pjrt.compile_options())  # with pjrt.XLA_OPTIONS
+    assert CompileCache.key("a" * 64, cpu, _jax.CompileOptions()) == CompileCache.key("a" * 64, cpu)  # None: XLA's
+    assert CompileCache.key("a" * 64, cpu) != default
     tuned = _jax.CompileOptions()
     tuned.env_option_overrides = [("xla_cpu_enable_fast_math", True), ("xla_backend_optimization_level", 1)]
     assert CompileCache.key("a" * 64, cpu, tuned) != default

@@ -234,3 +234,25 @@ def test_arange_indices_are_not_wrapped():
     assert "stablehlo.compare" not in plain.stablehlo_text
     shifted = assert_matches_eager(lambda x: x[torch.arange(3) - 1], make((5, 6)))
     assert "stablehlo.compare" in shifted.stablehlo_text
+
+
+def _range_writes(x, start, values, one):
+    """Writes at consecutive positions (arange plus a number, one element) and at scattered ones."""
+    positions = torch.arange(3) + start[0]
+    return (x.index_copy(1, positions, values), aten.index_put(x, [None, positions], values),
+            x.index_copy(2, start, one), x.index_put((start,), values[0, 0]),
+            x.index_copy(1, torch.tensor([4, 0, 2]), values))
+
+
+@pytest.mark.parametrize("start", [0, 2, 3])
+def test_writes_at_a_range_are_dynamic_update_slices(start):
+    """A range of positions (a KV cache's ``arange(n) + cumulative_length``) or one position is written with
+    ``dynamic_update_slice``; scattered positions, and an index_put range whose start may be negative (torch
+    wraps each position on its own), with ``scatter``. A range that would not fit is dropped, never clamped:
+    start 4 is out of range for 3 positions in 6 (torch raises there)."""
+    x, values, one = make((4, 6, 5)), make((4, 3, 5), seed=1), make((4, 6, 1), seed=2)
+    artifact = assert_matches_eager(_range_writes, x, torch.tensor([start]), values, one)
+    text = artifact.stablehlo_text
+    assert text.count("stablehlo.dynamic_update_slice") == 3 and text.count('"stablehlo.scatter"(') == 2, text
+    kept = artifact(x, torch.tensor([4]), values, one)[0]
+    torch.testing.assert_close(kept, x)

@@ -1,0 +1,214 @@
+"""Decode speed: a Llama-style decoder's greedy decoding, ms per new token, side by side in one run.
+
+The model: 8 layers, 512 wide (8 heads of 64, MLP 1536), 32k vocabulary, untied embeddings (60M parameters,
+240 MB in float32), a static KV cache of 1024 positions (34 MB), batch 1, greedy. Rows:
+
+- ``HF eager``: ``model.generate(do_sample=False)`` with ``cache_implementation="static"``;
+- ``per-token loop``: our artifact of transformers' recipe (``TorchExportableModuleForDecoderOnlyLM``, exported
+  with ``torch.export.export``, strict=False) called once per token, as the recipe's runner loop does; its cache is
+  the artifact's state, kept on the device and donated to each call;
+- ``export_generate``: the whole generate loop as one program (built on another branch; its row stays empty here
+  until it lands: see ``export_generate_row``);
+- ``roofline``: the bytes one decode step must read (every weight but the input embedding table, of which it
+  reads one row, and the whole static cache, as the static-cache attention reads it) over the memory bandwidth
+  measured in this run (XLA summing a 512 MB array, timed between the decoding runs, median); the figure with the
+  whole table counted is printed too.
+
+ms/token is the decode steps alone: (time for prompt + N new tokens - time for prompt + 1) / (N - 1), for
+both sides. Both get the same CPUs: the process is pinned to ``--threads`` CPUs before torch and XLA start their
+pools, torch uses that many threads. Targets: per-token loop <= 1.0x HF eager and <= 1.25x the roofline.
+One step's call of the per-token loop is split into the executable (runtime.analysis's execution times) and the
+rest of the call (inputs placed, outputs read back).
+
+    .venv/bin/python bench/decode_speed.py [--threads 2] [--new-tokens 64] [--repeats 3] [--small]
+
+``--small``: a 2-layer, 64-wide decoder with a 1k vocabulary and a cache of 128 (seconds, for a smoke test).
+"""
+from __future__ import annotations
+
+import argparse
+import io
+import os
+import re
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+
+def _arguments() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--new-tokens", type=int, default=64)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--small", action="store_true", help="a tiny decoder: runs in seconds")
+    return parser.parse_args()
+
+
+OPTIONS = _arguments()
+os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:OPTIONS.threads])  # before torch and XLA make pools
+
+import jax  # noqa: E402  (the imports below start thread pools: after the CPUs are pinned)
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
+from transformers.integrations.executorch import TorchExportableModuleForDecoderOnlyLM  # noqa: E402
+
+from torch_stablehlo import export_to_stablehlo  # noqa: E402
+from torch_stablehlo.runtime import analysis  # noqa: E402
+
+FULL = dict(hidden_size=512, intermediate_size=1536, num_hidden_layers=8, num_attention_heads=8,
+            num_key_value_heads=8, vocab_size=32000, cache=1024)
+SMALL = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+             num_key_value_heads=2, vocab_size=1024, cache=128)
+PROMPT = 8
+TARGETS = {"HF eager": 1.0, "roofline": 1.25}
+BANDWIDTH_BYTES = 512 * 1024 ** 2
+
+
+def main(options: argparse.Namespace) -> None:
+    torch.set_num_threads(options.threads)
+    size = SMALL if options.small else FULL
+    model = build(size)
+    parameters = sum(p.numel() for p in model.parameters())
+    weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    cache_bytes = 2 * size["num_hidden_layers"] * size["num_key_value_heads"] * size["cache"] * \
+        (size["hidden_size"] // size["num_attention_heads"]) * 4
+    print(f"decoder: {size['num_hidden_layers']} layers, {size['hidden_size']} wide, vocabulary "
+          f"{size['vocab_size']}, {parameters / 1e6:.1f}M parameters ({weight_bytes / 1e6:.0f} MB), static cache "
+          f"{size['cache']} ({cache_bytes / 1e6:.1f} MB); batch 1, greedy, prompt {PROMPT}, {options.new_tokens} new "
+          f"tokens; {options.threads} threads for torch and XLA; medians of {options.repeats}")
+    prompt = torch.randint(0, size["vocab_size"], (1, PROMPT), generator=torch.Generator().manual_seed(0))
+
+    artifact = recipe_artifact(model, size["cache"])
+    runs = {"eager": hf_eager(model, prompt), "ours": per_token_loop(artifact, prompt)}
+    timings, probe_seconds = decode_ms(runs, options.new_tokens, options.repeats, bandwidth_probe())
+    (eager_ms, eager_tokens), (loop_ms, loop_tokens) = timings.values()
+    call_ms, execute_ms = call_split(runs["ours"], options.new_tokens)
+    bandwidth = BANDWIDTH_BYTES / probe_seconds
+    embedding = model.get_input_embeddings().weight
+    read_bytes = weight_bytes - embedding[1:].numel() * embedding.element_size() + cache_bytes  # one row of it
+    roofline_ms = read_bytes / bandwidth * 1e3
+    assert loop_tokens == eager_tokens, f"tokens differ:\n  eager {eager_tokens}\n  ours  {loop_tokens}"
+
+    print(f"bandwidth (XLA, sum of {BANDWIDTH_BYTES // 1024 ** 2} MB): {bandwidth / 1e9:.1f} GB/s; "
+          f"roofline: {read_bytes / 1e6:.0f} MB read per token -> {roofline_ms:.2f} ms/token (with the whole "
+          f"embedding table: {(weight_bytes + cache_bytes) / bandwidth * 1e3:.2f})")
+    print(f"{'':<18}{'ms/token':>10}{'tokens/s':>10}{'x eager':>9}{'x roofline':>12}")
+    rows = {"HF eager": eager_ms, "per-token loop": loop_ms, "export_generate": export_generate_row(),
+            "roofline": roofline_ms}
+    for label, ms in rows.items():
+        if ms is None:
+            print(f"{label:<18}{'(not on this branch)':>31}")
+            continue
+        print(f"{label:<18}{ms:>10.2f}{1e3 / ms:>10.1f}{ms / eager_ms:>9.2f}{ms / roofline_ms:>12.2f}")
+    print(f"per-token loop, one step's call: {call_ms:.2f} ms, of which {execute_ms:.2f} ms in the executable and "
+          f"{call_ms - execute_ms:.2f} ms in the rest of the call (inputs placed, logits read back)")
+    for baseline, target in TARGETS.items():
+        ratio = loop_ms / rows[baseline]
+        print(f"target: per-token loop <= {target}x {baseline}: {ratio:.2f} ({'met' if ratio <= target else 'missed'})")
+
+
+def build(size: dict):
+    config = LlamaConfig(**{k: v for k, v in size.items() if k != "cache"}, tie_word_embeddings=False,
+                         max_position_embeddings=4096, initializer_range=0.1)
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(config).eval()
+    model.generation_config.cache_implementation = "static"
+    model.generation_config.cache_config = {"max_cache_len": size["cache"]}
+    model.generation_config.eos_token_id = None  # every run makes exactly the tokens asked for
+    return model
+
+
+def decode_ms(runs: dict, new_tokens: int, repeats: int, probe) -> tuple[dict, float]:
+    """For each ``run(n)`` (which makes the prompt's tokens and ``n`` new ones): ms per decode step, and its
+    tokens; and the median seconds of ``probe()``, timed between the runs (so that it sees the machine as they
+    do). The runs alternate, after one warm-up each (compiles, places the weights)."""
+    tokens = {label: run(new_tokens) for label, run in runs.items()}
+    times = {(label, count): [] for label in runs for count in (1, new_tokens)}
+    probes = []
+    for _ in range(repeats):
+        for (label, count), seconds in times.items():
+            start = time.perf_counter()
+            runs[label](count)
+            seconds.append(time.perf_counter() - start)
+            start = time.perf_counter()
+            probe()
+            probes.append(time.perf_counter() - start)
+    steps = {label: statistics.median(times[label, new_tokens]) - statistics.median(times[label, 1])
+             for label in runs}
+    return ({label: (steps[label] / (new_tokens - 1) * 1e3, tokens[label]) for label in runs},
+            statistics.median(probes))
+
+
+def hf_eager(model, prompt):
+    def run(count):
+        with torch.no_grad():
+            return model.generate(prompt, max_new_tokens=count, min_new_tokens=count, do_sample=False)[0].tolist()
+
+    return run
+
+
+def recipe_artifact(model, cache: int):
+    """Our artifact of transformers' recipe, exported with ``torch.export.export`` (strict=False)."""
+
+
+    recipe = TorchExportableModuleForDecoderOnlyLM(model, batch_size=1, max_cache_len=cache)
+    step = {"input_ids": torch.tensor([[0]]), "cache_position": torch.tensor([0])}
+    return export_to_stablehlo(torch.export.export(recipe.model, (), step, strict=False))
+
+
+def per_token_loop(artifact, prompt):
+    """The recipe's runner loop over ``artifact``: the prompt token by token, then one call per new token
+    (the seconds of each call kept in ``run.calls``)."""
+    def step(**inputs):
+        start = time.perf_counter()
+        logits = artifact(**inputs)
+        run.calls.append(time.perf_counter() - start)
+        return logits
+
+    def run(count):
+        artifact.reset_state()
+        run.calls.clear()
+        tokens = prompt[0].tolist()
+        for position in range(prompt.shape[1]):
+            logits = step(input_ids=prompt[:, position:position + 1], cache_position=torch.tensor([position]))
+        for _ in range(count):
+            tokens.append(int(logits[0, -1].argmax()))
+            logits = step(input_ids=torch.tensor([[tokens[-1]]]), cache_position=torch.tensor([len(tokens) - 1]))
+        return tokens
+
+    run.calls = []
+    return run
+
+
+def call_split(run, new_tokens: int) -> tuple[float, float]:
+    """ms of one decode step's call and of its executable alone (runtime.analysis's execution times), medians
+    over one run of ``new_tokens`` steps."""
+    log = io.StringIO()
+    analysis.enable(True, log)
+    run(new_tokens)
+    analysis.enable(False)
+    executions = [float(ms) for ms in re.findall(r"execute \S+ \[[^\]]*\]: ([\d.]+) ms", log.getvalue())]
+    return statistics.median(run.calls[PROMPT:]) * 1e3, statistics.median(executions[PROMPT:])
+
+
+def export_generate_row() -> float | None:
+    """ms/token of ``exporter.export_generate`` (the whole generate loop as one program) on the same decoder:
+    built on another branch; None until it lands here."""
+    return None
+
+
+def bandwidth_probe():
+    """A call that reads ``BANDWIDTH_BYTES`` once: XLA summing a float32 array of that size (compiled here)."""
+    data = jax.device_put(np.ones(BANDWIDTH_BYTES // 4, np.float32))
+    total = jax.jit(jnp.sum)
+    total(data).block_until_ready()
+    return lambda: total(data).block_until_ready()
+
+
+if __name__ == "__main__":
+    main(OPTIONS)
