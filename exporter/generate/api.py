@@ -37,9 +37,21 @@ class GenerateArtifact(StableHLOArtifact):
                              f"{settings.max_cache_len} tokens, {settings.max_new_tokens} of them for new ones, so "
                              f"prompts of 1 to {settings.max_prompt_len} tokens (padding included); export with a "
                              "larger max_cache_len for longer ones")
-        if attention_mask is None:
-            attention_mask = torch.ones_like(input_ids)
-        return super().__call__(input_ids, attention_mask=attention_mask)
+        mask = torch.ones_like(input_ids) if attention_mask is None else attention_mask.to(torch.int64)
+        return super().__call__(input_ids, attention_mask=mask)
+
+    def save_tf_saved_model(self, path, *args, **kwargs):
+        self._require_greedy("save a SavedModel of")
+        return super().save_tf_saved_model(path, *args, **kwargs)
+
+    def to_jax(self, **kwargs):
+        self._require_greedy("hand to JAX")
+        return super().to_jax(**kwargs)
+
+    def _require_greedy(self, action: str) -> None:
+        if self.settings.do_sample:
+            raise NotImplementedError(f"cannot {action} a sampling generate program yet: its @main takes rng_seed, "
+                                      "which neither handoff passes; export with do_sample=False for them")
 
 
 def check_prompt(input_ids, attention_mask) -> None:

@@ -148,6 +148,8 @@ def test_sampling_is_reproducible_per_seed(model, padded_batch):
     assert not torch.equal(art(ids, attention_mask=mask), first)  # the next call draws from the next seed
     assert not torch.equal(art.manual_seed(8)(ids, attention_mask=mask), first)
     assert len(set(first[0, 7:].tolist())) > 3  # every step draws new numbers
+    with pytest.raises(NotImplementedError, match="rng_seed"):
+        art.to_jax()
 
 
 @pytest.mark.parametrize("top_k, top_p", [(6, None), (None, 0.3)])
