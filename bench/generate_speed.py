@@ -54,8 +54,8 @@ def main() -> None:
     print(f"threads: {options.threads}; {sum(p.numel() for p in model.parameters()) / 1e6:.0f}M parameters "
           f"({weights / 1e6:.0f} MB), cache {cache_len}, prompt {PROMPT_LEN}, {options.new_tokens} new tokens; "
           f"bandwidth: XLA summing {BANDWIDTH_BYTES // 1024 ** 2} MB, timed between the calls")
-    print(f"{'batch':>5}  {'HF eager':>14}  {'export_generate':>16}  {'roofline':>14}  {'GB/s':>5}  {'ours/eager':>10}  "
-          f"{'ours/roofline':>13}  target")
+    print(f"{'batch':>5}  {'HF eager':>14}  {'export_generate':>16}  {'roofline':>14}  {'GB/s':>5}  "
+          f"{'ours/eager':>10}  {'ours/roofline':>13}  target")
     for batch in BATCHES:
         cache = 2 * sizes["num_hidden_layers"] * batch * sizes["num_key_value_heads"] * cache_len * (
             sizes["hidden_size"] // sizes["num_attention_heads"]) * 4

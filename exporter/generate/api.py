@@ -58,8 +58,9 @@ def check_prompt(input_ids, attention_mask) -> None:
     """Raises InputError unless ``input_ids`` is an int64 prompt [batch, prompt] (prompt >= 1) and
     ``attention_mask`` (where given) left-pads it: per row zeros, then ones, ending with a one."""
     if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2 or input_ids.dtype != torch.int64:
-        raise InputError(f"input_ids must be an int64 tensor [batch, prompt], got "
-                         f"{getattr(input_ids, 'dtype', type(input_ids).__name__)} {list(getattr(input_ids, 'shape', []))}")
+        got = getattr(input_ids, "dtype", type(input_ids).__name__)
+        raise InputError(f"input_ids must be an int64 tensor [batch, prompt], got {got} "
+                         f"{list(getattr(input_ids, 'shape', []))}")
     if input_ids.shape[1] == 0:
         raise InputError("input_ids holds no prompt (0 columns)")
     if attention_mask is None:

@@ -50,7 +50,8 @@ class GenerationSettings:
 
 
 def resolve_settings(generation_config, prompt_len: int, vocab_size: int, *, max_new_tokens: int, max_cache_len,
-                     do_sample: bool, temperature: float, top_k, top_p, eos_token_id, pad_token_id) -> GenerationSettings:
+                     do_sample: bool, temperature: float, top_k, top_p, eos_token_id,
+                     pad_token_id) -> GenerationSettings:
     """The settings of one generate program; raises ValueError naming each refused or impossible setting."""
     refused = [f"{name}={getattr(generation_config, name)!r}" for name, neutral in REFUSED.items()
                if getattr(generation_config, name, None) not in (None, neutral)]

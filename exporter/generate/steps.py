@@ -52,8 +52,9 @@ class CarriedLayer(StaticLayer):
         columns = torch.arange(key_states.shape[-2], device=self.device) + self.cumulative_length
         self.cumulative_length = self.cumulative_length + key_states.shape[-2]
         along = self.carried_keys.dim() - 2  # the cache's column dim
-        self.hold(self.carried_keys.index_copy(along, columns, key_states.reshape(carried_shape(key_states.shape))),
-                  self.carried_values.index_copy(along, columns, value_states.reshape(carried_shape(value_states.shape))))
+        keys, values = (states.reshape(carried_shape(states.shape)) for states in (key_states, value_states))
+        self.hold(self.carried_keys.index_copy(along, columns, keys),
+                  self.carried_values.index_copy(along, columns, values))
         return self.keys, self.values
 
 
