@@ -12,7 +12,7 @@ from ..conversion.signature import InputSlot, OutputSlot, Signature
 from ..errors import InputError
 from ..formats.artifact import StableHLOArtifact
 from .compose import compose
-from .settings import GenerationSettings, resolve_settings
+from .settings import TRACED_PROMPT_LEN, GenerationSettings, resolve_settings
 from .steps import Decode, Prefill, cache_shapes
 
 PROMPT_DIM = "prompt"
@@ -97,12 +97,19 @@ def export_generate(model, input_ids: torch.Tensor, max_new_tokens: int = 64, ma
     batch = input_ids.shape[0]
     shapes = cache_shapes(model, batch, settings.max_cache_len)
     prompt = Dim(PROMPT_DIM, min=1, max=settings.max_prompt_len)
-    prefill = export_to_stablehlo(Prefill(model, settings, shapes), (input_ids, attention_mask.to(torch.int64)),
+    prefill = export_to_stablehlo(Prefill(model, settings, shapes), _traced_prompt(input_ids, attention_mask),
                                   dynamic_shapes=({1: prompt}, {1: prompt}))
     decode = export_to_stablehlo(Decode(model, settings), _decode_example(model, settings, shapes, batch))
     program = compose(prefill, decode, settings.max_new_tokens)
     return GenerateArtifact(program.stablehlo_text, _signature(program.weight_slots, batch, settings),
                             program.weights, settings)
+
+
+def _traced_prompt(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple:
+    """The prompt the prefill is traced with: the example, repeated up to ``TRACED_PROMPT_LEN`` tokens (torch.export
+    would fix a prompt dim of 1; only the shapes matter)."""
+    repeats = -(-TRACED_PROMPT_LEN // input_ids.shape[1])
+    return input_ids.repeat(1, repeats), attention_mask.to(torch.int64).repeat(1, repeats)
 
 
 def _decode_example(model, settings: GenerationSettings, shapes: list, batch: int) -> tuple:

@@ -63,9 +63,9 @@ def test_padded_batch_is_token_exact_with_generate(model, padded_batch, greedy):
 def test_one_artifact_takes_every_prompt_length_up_to_its_cache(model):
     torch.manual_seed(2)
     prompt = torch.randint(3, VOCAB, (1, 9))
-    art = exporter.export_generate(model, prompt[:, :5], max_new_tokens=16, max_cache_len=32)
+    art = exporter.export_generate(model, prompt[:, :1], max_new_tokens=16, max_cache_len=32)  # a 1-token example
     assert art.signature.dims == {"prompt": [1, 16]}
-    for length in (5, 9):
+    for length in (1, 9):
         assert_generate_prefix(art(prompt[:, :length]), hf_generate(model, prompt[:, :length], max_new_tokens=16),
                                art.settings.pad_token_id)
     with pytest.raises(InputError, match="a prompt of 17 tokens does not fit.*1 to 16 tokens"):
