@@ -7,7 +7,8 @@ CPUs: the process is pinned to ``--threads`` CPUs before torch and XLA start, to
 - ``HF eager``: ``model.generate(cache_implementation="static")`` under ``torch.no_grad``;
 - ``export_generate``: the artifact's call (inputs placed, prefill, the whole decode loop, tokens back);
 - ``roofline``: the bytes one decode step must read, the weights and the whole static cache, over the memory
-  bandwidth XLA reaches in this run summing a 512 MB array.
+  bandwidth XLA reaches summing a 512 MB array, timed between the other calls (best of them): the machine may be
+  shared, and contention then slows all three alike.
 
 ms/token is the decode alone: (time for ``--new-tokens`` tokens - time for 1 token) / (``--new-tokens`` - 1), so the
 prefill cancels out; medians of ``--repeats`` calls, alternating. Then tokens/s at batch 8, both sides.
@@ -50,20 +51,20 @@ def main() -> None:
     cache_len = sizes.pop("max_cache_len")
     model = decoder(sizes)
     weights = sum(p.numel() * p.element_size() for p in model.parameters())
-    bandwidth = memory_bandwidth(options.repeats)
     print(f"threads: {options.threads}; {sum(p.numel() for p in model.parameters()) / 1e6:.0f}M parameters "
-          f"({weights / 1e6:.0f} MB), cache {cache_len}, prompt {PROMPT_LEN}, {options.new_tokens} new tokens, "
-          f"bandwidth {bandwidth / 1e9:.1f} GB/s (XLA summing {BANDWIDTH_BYTES // 1024 ** 2} MB)")
-    print(f"{'batch':>5}  {'HF eager':>14}  {'export_generate':>16}  {'roofline':>14}  {'ours/eager':>10}  "
-          f"{'ours/roofline':>13}  target")
+          f"({weights / 1e6:.0f} MB), cache {cache_len}, prompt {PROMPT_LEN}, {options.new_tokens} new tokens; "
+          f"bandwidth: XLA summing {BANDWIDTH_BYTES // 1024 ** 2} MB, timed between the calls")
+    print(f"{'batch':>5}  {'HF eager':>14}  {'export_generate':>16}  {'roofline':>14}  {'GB/s':>5}  "
+          f"{'ours/eager':>10}  {'ours/roofline':>13}  target")
     for batch in BATCHES:
         cache = 2 * sizes["num_hidden_layers"] * batch * sizes["num_key_value_heads"] * cache_len * (
             sizes["hidden_size"] // sizes["num_attention_heads"]) * 4
+        eager, ours, bandwidth = decode_seconds(model, batch, cache_len, options.new_tokens, options.repeats)
         roofline = (weights + cache) / bandwidth
-        eager, ours = decode_seconds(model, batch, cache_len, options.new_tokens, options.repeats)
         verdict = ("ok" if ours <= TARGET * roofline else "MISSED") if batch == 1 else ""
         print(f"{batch:>5}  {rate(eager, batch):>14}  {rate(ours, batch):>16}  {rate(roofline, batch):>14}  "
-              f"{ours / eager:>10.2f}  {ours / roofline:>13.2f}  {f'<= {TARGET}x roofline ' + verdict if verdict else ''}")
+              f"{bandwidth / 1e9:>5.1f}  {ours / eager:>10.2f}  {ours / roofline:>13.2f}  "
+              f"{f'<= {TARGET}x roofline ' + verdict if verdict else ''}")
 
 
 def decoder(sizes: dict):
@@ -76,24 +77,20 @@ def decoder(sizes: dict):
     return model
 
 
-def memory_bandwidth(repeats: int) -> float:
-    """Bytes per second XLA reads summing a 512 MB float32 array already on the device (best of the calls)."""
+def summing(array_bytes: int):
+    """A call that sums an ``array_bytes`` float32 array already on the device (compiled, warm) and waits."""
     import jax
     import jax.numpy as jnp
 
-    array = jax.device_put(jnp.ones(BANDWIDTH_BYTES // 4, jnp.float32))
+    array = jax.device_put(jnp.ones(array_bytes // 4, jnp.float32))
     total = jax.jit(jnp.sum)
     total(array).block_until_ready()
-    seconds = []
-    for _ in range(max(repeats, 3)):
-        start = time.perf_counter()
-        total(array).block_until_ready()
-        seconds.append(time.perf_counter() - start)
-    return BANDWIDTH_BYTES / min(seconds)
+    return lambda: total(array).block_until_ready()
 
 
-def decode_seconds(model, batch: int, cache_len: int, new_tokens: int, repeats: int) -> tuple[float, float]:
-    """Seconds per decode step of HF eager generate and of export_generate's artifact (see the module doc)."""
+def decode_seconds(model, batch: int, cache_len: int, new_tokens: int, repeats: int) -> tuple[float, float, float]:
+    """Seconds per decode step of HF eager generate and of export_generate's artifact (see the module doc), and the
+    bandwidth of the sums timed between them (bytes/s, best of the run)."""
     import torch
 
     from torch_stablehlo import exporter
@@ -103,6 +100,7 @@ def decode_seconds(model, batch: int, cache_len: int, new_tokens: int, repeats: 
                  for n in (1, new_tokens)}
     runs = {("eager", n): (lambda n=n: hf_generate(model, prompt, n, cache_len)) for n in artifacts}
     runs.update({("ours", n): (lambda n=n: artifacts[n](prompt)) for n in artifacts})
+    runs["sum"] = summing(BANDWIDTH_BYTES)
     for run in runs.values():  # warm-up: compiles, caches
         run()
     times = {key: [] for key in runs}
@@ -112,7 +110,8 @@ def decode_seconds(model, batch: int, cache_len: int, new_tokens: int, repeats: 
             run()
             times[key].append(time.perf_counter() - start)
     median = {key: statistics.median(values) for key, values in times.items()}
-    return tuple((median[(side, new_tokens)] - median[(side, 1)]) / (new_tokens - 1) for side in ("eager", "ours"))
+    steps = [(median[(side, new_tokens)] - median[(side, 1)]) / (new_tokens - 1) for side in ("eager", "ours")]
+    return steps[0], steps[1], BANDWIDTH_BYTES / min(times["sum"])
 
 
 def hf_generate(model, prompt, new_tokens: int, cache_len: int):
@@ -124,7 +123,7 @@ def hf_generate(model, prompt, new_tokens: int, cache_len: int):
 
 
 def rate(seconds_per_step: float, batch: int) -> str:
-    return f"{seconds_per_step * 1e3:.1f} ms/token" if batch == 1 else f"{batch / seconds_per_step:.0f} tok/s"
+    return f"{seconds_per_step * 1e3:.2f} ms/token" if batch == 1 else f"{batch / seconds_per_step:.0f} tok/s"
 
 
 if __name__ == "__main__":

@@ -113,10 +113,13 @@ BENCH_ARGS = {
     "sharding.py": ["--devices", "2", "--repeats", "1"],
     "multi_gb_export.py": ["--layers", "1", "--hidden", "64", "--intermediate", "128", "--heads", "4",
                            "--vocab", "512", "--shard-gb", "0.0001"],
+    "decode_speed.py": ["--small", "--repeats", "1"],
+    "generate_speed.py": ["--small", "--repeats", "1"],
 }
 # bench scripts make test leaves to CI's second step and make check-commands: 8 to 25 s of CPU each (fresh
 # processes, compiles), where make test has about a minute and a half for all of this module and test_packaging
-SLOW_BENCH = {"multi_gb_export.py", "convert_speed.py", "scan_layers.py", "compile_cache.py", "sharding.py"}
+SLOW_BENCH = {"multi_gb_export.py", "convert_speed.py", "scan_layers.py", "compile_cache.py", "sharding.py",
+              "decode_speed.py", "generate_speed.py"}
 COVERAGE_ARGS = ["--ops", "abs,nn.functional.relu", "--jobs", "1", "--out", "coverage-report"]
 
 

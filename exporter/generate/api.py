@@ -12,7 +12,7 @@ from ..conversion.signature import InputSlot, OutputSlot, Signature
 from ..errors import InputError
 from ..formats.artifact import StableHLOArtifact
 from .compose import compose
-from .settings import GenerationSettings, resolve_settings
+from .settings import TRACED_PROMPT_LEN, GenerationSettings, resolve_settings
 from .steps import Decode, Prefill, cache_shapes
 
 PROMPT_DIM = "prompt"
@@ -37,17 +37,30 @@ class GenerateArtifact(StableHLOArtifact):
                              f"{settings.max_cache_len} tokens, {settings.max_new_tokens} of them for new ones, so "
                              f"prompts of 1 to {settings.max_prompt_len} tokens (padding included); export with a "
                              "larger max_cache_len for longer ones")
-        if attention_mask is None:
-            attention_mask = torch.ones_like(input_ids)
-        return super().__call__(input_ids, attention_mask=attention_mask)
+        mask = torch.ones_like(input_ids) if attention_mask is None else attention_mask.to(torch.int64)
+        return super().__call__(input_ids, attention_mask=mask)
+
+    def save_tf_saved_model(self, path, *args, **kwargs):
+        self._require_greedy("save a SavedModel of")
+        return super().save_tf_saved_model(path, *args, **kwargs)
+
+    def to_jax(self, **kwargs):
+        self._require_greedy("hand to JAX")
+        return super().to_jax(**kwargs)
+
+    def _require_greedy(self, action: str) -> None:
+        if self.settings.do_sample:
+            raise NotImplementedError(f"cannot {action} a sampling generate program yet: its @main takes rng_seed, "
+                                      "which neither handoff passes; export with do_sample=False for them")
 
 
 def check_prompt(input_ids, attention_mask) -> None:
     """Raises InputError unless ``input_ids`` is an int64 prompt [batch, prompt] (prompt >= 1) and
     ``attention_mask`` (where given) left-pads it: per row zeros, then ones, ending with a one."""
     if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2 or input_ids.dtype != torch.int64:
-        raise InputError(f"input_ids must be an int64 tensor [batch, prompt], got "
-                         f"{getattr(input_ids, 'dtype', type(input_ids).__name__)} {list(getattr(input_ids, 'shape', []))}")
+        got = getattr(input_ids, "dtype", type(input_ids).__name__)
+        raise InputError(f"input_ids must be an int64 tensor [batch, prompt], got {got} "
+                         f"{list(getattr(input_ids, 'shape', []))}")
     if input_ids.shape[1] == 0:
         raise InputError("input_ids holds no prompt (0 columns)")
     if attention_mask is None:
@@ -84,12 +97,19 @@ def export_generate(model, input_ids: torch.Tensor, max_new_tokens: int = 64, ma
     batch = input_ids.shape[0]
     shapes = cache_shapes(model, batch, settings.max_cache_len)
     prompt = Dim(PROMPT_DIM, min=1, max=settings.max_prompt_len)
-    prefill = export_to_stablehlo(Prefill(model, settings, shapes), (input_ids, attention_mask.to(torch.int64)),
+    prefill = export_to_stablehlo(Prefill(model, settings, shapes), _traced_prompt(input_ids, attention_mask),
                                   dynamic_shapes=({1: prompt}, {1: prompt}))
     decode = export_to_stablehlo(Decode(model, settings), _decode_example(model, settings, shapes, batch))
     program = compose(prefill, decode, settings.max_new_tokens)
     return GenerateArtifact(program.stablehlo_text, _signature(program.weight_slots, batch, settings),
                             program.weights, settings)
+
+
+def _traced_prompt(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple:
+    """The prompt the prefill is traced with: the example, repeated up to ``TRACED_PROMPT_LEN`` tokens (torch.export
+    would fix a prompt dim of 1; only the shapes matter)."""
+    repeats = -(-TRACED_PROMPT_LEN // input_ids.shape[1])
+    return input_ids.repeat(1, repeats), attention_mask.to(torch.int64).repeat(1, repeats)
 
 
 def _decode_example(model, settings: GenerationSettings, shapes: list, batch: int) -> tuple:

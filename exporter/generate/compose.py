@@ -34,6 +34,7 @@ STEP_SEEDS = 1 << 20  # per-step seeds: rng_seed * STEP_SEEDS + the step's curso
 
 @dataclasses.dataclass
 class ComposedProgram:
+    """The generate module's text and the weights its ``@main`` takes first."""
     stablehlo_text: str
     weight_slots: list[InputSlot]        # @main's leading arguments
     weights: dict[str, torch.Tensor]     # by slot target
@@ -80,7 +81,7 @@ def compose(prefill: StableHLOArtifact, decode: StableHLOArtifact, max_new_token
             block = main.add_entry_block(arg_locs=[ir.Location.name(n) for n in names])
         arguments = dict(zip(names, block.arguments))
         with ir.InsertionPoint(block):
-            _GenerateMain(steps, functions, taken, arguments, sampling).emit(max_new_tokens)
+            _GenerateMain(steps, functions, taken, arguments).emit(max_new_tokens)
         text = module.operation.get_asm(enable_debug_info=True)
     return ComposedProgram(text, weight_slots, weights)
 
@@ -88,9 +89,8 @@ def compose(prefill: StableHLOArtifact, decode: StableHLOArtifact, max_new_token
 class _GenerateMain:
     """Emits ``@main``'s body at the current insertion point."""
 
-    def __init__(self, steps, functions, taken, arguments, sampling: bool):
+    def __init__(self, steps, functions, taken, arguments):
         self.steps, self.functions, self.taken, self.arguments = steps, functions, taken, arguments
-        self.sampling = sampling
 
     def call(self, step: str, inputs: dict, cursor: ir.Value | None) -> dict:
         """Call the ``step`` function on ``inputs`` (by its input names) after its weights; its results by name."""
@@ -130,7 +130,8 @@ class _GenerateMain:
         batch = ir.RankedTensorType(tokens.type).shape[0]
         limit = stablehlo.concatenate([constant(batch, i64, [1]),
                                        stablehlo.add(prompt, constant(max_new_tokens, i64, [1]))], 0)
-        result = ir.RankedTensorType.get([batch, ir.ShapedType.get_dynamic_size()], ir.RankedTensorType(tokens.type).element_type)
+        element = ir.RankedTensorType(tokens.type).element_type
+        result = ir.RankedTensorType.get([batch, ir.ShapedType.get_dynamic_size()], element)
         sliced = stablehlo.real_dynamic_slice(result, tokens, constant(0, i64, [2]), limit, constant(1, i64, [2]))
         func.ReturnOp([sliced])
 

@@ -23,6 +23,7 @@ REFUSED = {"num_beams": 1, "num_return_sequences": 1, "penalty_alpha": None, "do
            "prompt_lookup_num_tokens": None, "use_mtp": False, "token_healing": False}
 
 CACHE_ROUNDING = 64  # max_cache_len=None: the example prompt + max_new_tokens, rounded up to a multiple of this
+TRACED_PROMPT_LEN = 2  # the shortest prompt the prefill is traced with (torch.export fixes a dim of size 1)
 
 
 @dataclass(frozen=True)
@@ -50,7 +51,8 @@ class GenerationSettings:
 
 
 def resolve_settings(generation_config, prompt_len: int, vocab_size: int, *, max_new_tokens: int, max_cache_len,
-                     do_sample: bool, temperature: float, top_k, top_p, eos_token_id, pad_token_id) -> GenerationSettings:
+                     do_sample: bool, temperature: float, top_k, top_p, eos_token_id,
+                     pad_token_id) -> GenerationSettings:
     """The settings of one generate program; raises ValueError naming each refused or impossible setting."""
     refused = [f"{name}={getattr(generation_config, name)!r}" for name, neutral in REFUSED.items()
                if getattr(generation_config, name, None) not in (None, neutral)]
@@ -59,11 +61,13 @@ def resolve_settings(generation_config, prompt_len: int, vocab_size: int, *, max
                          f"set them to None on model.generation_config (it honours {', '.join(HONOURED)})")
     if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be a positive int, got {max_new_tokens!r}")
+    room = max(prompt_len, TRACED_PROMPT_LEN) + max_new_tokens
     if max_cache_len is None:
-        max_cache_len = math.ceil((prompt_len + max_new_tokens) / CACHE_ROUNDING) * CACHE_ROUNDING
-    if max_cache_len < prompt_len + max_new_tokens:
-        raise ValueError(f"max_cache_len={max_cache_len} cannot hold the example prompt ({prompt_len} tokens) and "
-                         f"max_new_tokens={max_new_tokens}; give at least {prompt_len + max_new_tokens}")
+        max_cache_len = math.ceil(room / CACHE_ROUNDING) * CACHE_ROUNDING
+    if max_cache_len < room:
+        raise ValueError(f"max_cache_len={max_cache_len} cannot hold a prompt of {max(prompt_len, TRACED_PROMPT_LEN)} "
+                         f"tokens (the example's, and at least {TRACED_PROMPT_LEN}) and max_new_tokens={max_new_tokens}; "
+                         f"give at least {room}")
     eos = _token_ids(eos_token_id if eos_token_id is not None else generation_config.eos_token_id)
     pad = pad_token_id if pad_token_id is not None else generation_config.pad_token_id
     if pad is None:  # as model.generate: the first eos pads the rows that have finished

@@ -9,7 +9,7 @@ The carried state, by name (``Decode`` takes and returns it; ``Prefill`` makes i
 - ``cursor`` (0-d): the column of the last token written, the one the next step reads;
 - ``done`` [batch]: rows that have produced an eos (they get the pad token from then on);
 - ``going`` (0-d bool): another step is due (a token left to make and a row not done);
-- ``caches.<i>``: each layer's keys then values, [batch * kv heads, max_cache_len, head dim].
+- ``caches.<i>``: each layer's keys then values, [batch, kv heads, max_cache_len, head dim] without unit dims.
 ``Prefill`` also returns what stays fixed: ``padding`` [batch, max_cache_len] (the prompt's attention mask, ones
 after it) and ``prompt_len`` (0-d, the prompt's columns).
 
@@ -28,35 +28,43 @@ from .settings import GenerationSettings
 class CarriedLayer(StaticLayer):
     """A static cache layer over given key and value tensors that writes new entries out of place.
 
-    The tensors are [batch * kv heads, max_cache_len, head dim], the form attention reads them in (a free view of
-    the [batch, kv heads, ...] the model sees), so the written tensor is the one attention reads and the one
-    the loop carries: XLA then updates it in place."""
+    The tensors are carried without the unit dims of [batch, kv heads, max_cache_len, head dim] (``carried_shape``):
+    in that form XLA's attention dot reads them (it drops unit dims), so the written tensor is the one attention
+    reads and the one the loop carries, with no reshape between, and XLA updates it in place. The model sees the
+    four dims (a free view)."""
 
-    def __init__(self, keys: torch.Tensor, values: torch.Tensor, offset: torch.Tensor, batch: int):
-        super().__init__(max_cache_len=keys.shape[1])
+    def __init__(self, keys: torch.Tensor, values: torch.Tensor, offset: torch.Tensor, batch: int, heads: int):
+        super().__init__(max_cache_len=keys.shape[-2])
         self.cumulative_length = offset
-        self.batch_size, self.num_heads = batch, keys.shape[0] // batch
+        self.batch_size, self.num_heads = batch, heads
         self.k_head_dim, self.v_head_dim = keys.shape[-1], values.shape[-1]
         self.device = keys.device
         self.is_initialized = True
         self.hold(keys, values)
 
     def hold(self, keys: torch.Tensor, values: torch.Tensor) -> None:
-        """Carry these [batch * kv heads, ...] tensors; the model sees them as [batch, kv heads, ...]."""
-        self.flat_keys, self.flat_values = keys, values
-        self.keys = keys.view(self.batch_size, self.num_heads, *keys.shape[1:])
-        self.values = values.view(self.batch_size, self.num_heads, *values.shape[1:])
+        """Carry these tensors (``carried_shape``); the model sees them as [batch, kv heads, ...]."""
+        self.carried_keys, self.carried_values = keys, values
+        self.keys = keys.view(self.batch_size, self.num_heads, *keys.shape[-2:])
+        self.values = values.view(self.batch_size, self.num_heads, *values.shape[-2:])
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
         columns = torch.arange(key_states.shape[-2], device=self.device) + self.cumulative_length
         self.cumulative_length = self.cumulative_length + key_states.shape[-2]
-        self.hold(self.flat_keys.index_copy(1, columns, key_states.flatten(0, 1)),
-                  self.flat_values.index_copy(1, columns, value_states.flatten(0, 1)))
+        along = self.carried_keys.dim() - 2  # the cache's column dim
+        keys, values = (states.reshape(carried_shape(states.shape)) for states in (key_states, value_states))
+        self.hold(self.carried_keys.index_copy(along, columns, keys),
+                  self.carried_values.index_copy(along, columns, values))
         return self.keys, self.values
 
 
+def carried_shape(shape) -> tuple[int, ...]:
+    """[batch, kv heads, length, head dim] without a batch or head dim of 1."""
+    return tuple(size for dim, size in enumerate(shape) if dim >= 2 or size != 1)
+
+
 def cache_shapes(model, batch: int, max_cache_len: int) -> list[tuple[int, ...]]:
-    """The shape of each cache tensor (keys and values per layer); refuses models whose layers are not all
+    """The carried shape of each cache tensor (keys and values per layer); refuses models whose layers are not all
     full attention (sliding windows, chunked or linear attention need other caches)."""
     config = model.config.get_text_config(decoder=True)
     layer_types, _ = get_layer_types_and_kwargs(config)
@@ -66,7 +74,7 @@ def cache_shapes(model, batch: int, max_cache_len: int) -> list[tuple[int, ...]]
                                   f"static cache; this model has {', '.join(other)} layers")
     heads, head_dim = get_head_shapes(config)
     per_layer = zip(_per_layer(heads, len(layer_types)), _per_layer(head_dim, len(layer_types)))
-    return [(batch * h, max_cache_len, d) for h, d in per_layer for _ in ("keys", "values")]
+    return [carried_shape((batch, h, max_cache_len, d)) for h, d in per_layer for _ in ("keys", "values")]
 
 
 def _per_layer(value, layers: int) -> list[int]:
@@ -83,12 +91,13 @@ class Step(torch.nn.Module):
 
     def run_model(self, input_ids, padding, positions, offset, caches):
         """Last-position logits (float32) and the new caches, for ``input_ids`` written at columns ``offset``, ..."""
-        batch = input_ids.shape[0]
-        layers = [CarriedLayer(caches[i], caches[i + 1], offset, batch) for i in range(0, len(caches), 2)]
+        heads = _per_layer(get_head_shapes(self.model.config.get_text_config(decoder=True))[0], len(caches) // 2)
+        layers = [CarriedLayer(caches[2 * i], caches[2 * i + 1], offset, input_ids.shape[0], heads[i])
+                  for i in range(len(caches) // 2)]
         cache = Cache(layers=layers)
         logits = self.model(input_ids=input_ids, attention_mask=padding, position_ids=positions, cache=cache,
                             use_cache=True, logits_to_keep=1).logits[:, -1].float()
-        return logits, [t for layer in layers for t in (layer.flat_keys, layer.flat_values)]
+        return logits, [t for layer in layers for t in (layer.carried_keys, layer.carried_values)]
 
     def choose(self, logits, tokens, column, prompt_len, done) -> dict:
         """Write the token for ``column`` (chosen from ``logits``; pad where the row is done) into ``tokens``; the

@@ -63,9 +63,9 @@ def test_padded_batch_is_token_exact_with_generate(model, padded_batch, greedy):
 def test_one_artifact_takes_every_prompt_length_up_to_its_cache(model):
     torch.manual_seed(2)
     prompt = torch.randint(3, VOCAB, (1, 9))
-    art = exporter.export_generate(model, prompt[:, :5], max_new_tokens=16, max_cache_len=32)
+    art = exporter.export_generate(model, prompt[:, :1], max_new_tokens=16, max_cache_len=32)  # a 1-token example
     assert art.signature.dims == {"prompt": [1, 16]}
-    for length in (5, 9):
+    for length in (1, 9):
         assert_generate_prefix(art(prompt[:, :length]), hf_generate(model, prompt[:, :length], max_new_tokens=16),
                                art.settings.pad_token_id)
     with pytest.raises(InputError, match="a prompt of 17 tokens does not fit.*1 to 16 tokens"):
@@ -95,16 +95,17 @@ def test_rows_stop_at_eos_and_pad_after(model, padded_batch):
     assert_generate_prefix(ours, theirs, 0)
 
 
-def test_module_size_does_not_grow_with_max_new_tokens(model):
-    """4x the new tokens: one while loop either way, the op count and the text within 1% (the prompt's range
-    differs, so torch's shape arithmetic for it may take an op more or less)."""
-    prompt = torch.randint(3, VOCAB, (1, 5))
-    texts = [exporter.export_generate(model, prompt, max_new_tokens=n, max_cache_len=128).stablehlo_text
-             for n in (16, 64)]
+def test_module_size_does_not_grow_with_max_new_tokens(model, padded_batch, greedy):
+    """4x the new tokens (48, not 12; the same cache of 64): one while loop either way, the op count and the text
+    within 3% (an unrolled loop would be 4x; the prompt's range differs, [1, 52] against [1, 16], and torch's shape
+    arithmetic for it takes a few ops more or less)."""
+    ids, mask = padded_batch
+    longer = exporter.export_generate(model, ids, max_new_tokens=48, max_cache_len=64, attention_mask=mask)
+    texts = [greedy.stablehlo_text, longer.stablehlo_text]
     counts = [op_histogram(text) for text in texts]
     assert [c["stablehlo.while"] for c in counts] == [1, 1]
-    assert abs(counts[1].total() - counts[0].total()) < 0.01 * counts[0].total()
-    assert abs(len(texts[1]) - len(texts[0])) < 0.01 * len(texts[0])
+    assert abs(counts[1].total() - counts[0].total()) < 0.03 * counts[0].total()
+    assert abs(len(texts[1]) - len(texts[0])) < 0.03 * len(texts[0])
 
 
 def test_generation_config_settings_are_honoured(padded_batch):
@@ -148,6 +149,8 @@ def test_sampling_is_reproducible_per_seed(model, padded_batch):
     assert not torch.equal(art(ids, attention_mask=mask), first)  # the next call draws from the next seed
     assert not torch.equal(art.manual_seed(8)(ids, attention_mask=mask), first)
     assert len(set(first[0, 7:].tolist())) > 3  # every step draws new numbers
+    with pytest.raises(NotImplementedError, match="rng_seed"):
+        art.to_jax()
 
 
 @pytest.mark.parametrize("top_k, top_p", [(6, None), (None, 0.3)])
