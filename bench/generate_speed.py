@@ -7,7 +7,7 @@ CPUs: the process is pinned to ``--threads`` CPUs before torch and XLA start, to
 - ``HF eager``: ``model.generate(cache_implementation="static")`` under ``torch.no_grad``;
 - ``export_generate``: the artifact's call (inputs placed, prefill, the whole decode loop, tokens back);
 - ``roofline``: the bytes one decode step must read, the weights and the whole static cache, over the memory
-  bandwidth XLA reaches summing a 512 MB array, timed between the other calls (best of them): the machine may be
+  bandwidth XLA reaches summing a 512 MB array, timed between the other calls (median): the machine may be
   shared, and contention then slows all three alike.
 
 ms/token is the decode alone: (time for ``--new-tokens`` tokens - time for 1 token) / (``--new-tokens`` - 1), so the
@@ -20,12 +20,9 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
-import sys
-import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from run_speed import timed  # this folder's: the calls alternated, medians
+
 
 FULL = dict(hidden_size=512, intermediate_size=1376, num_hidden_layers=8, num_attention_heads=8,
             num_key_value_heads=8, vocab_size=32000, max_cache_len=1024)
@@ -90,7 +87,7 @@ def summing(array_bytes: int):
 
 def decode_seconds(model, batch: int, cache_len: int, new_tokens: int, repeats: int) -> tuple[float, float, float]:
     """Seconds per decode step of HF eager generate and of export_generate's artifact (see the module doc), and the
-    bandwidth of the sums timed between them (bytes/s, best of the run)."""
+    bandwidth of the sums timed between them (bytes/s, median)."""
     import torch
 
     from torch_stablehlo import exporter
@@ -101,17 +98,9 @@ def decode_seconds(model, batch: int, cache_len: int, new_tokens: int, repeats: 
     runs = {("eager", n): (lambda n=n: hf_generate(model, prompt, n, cache_len)) for n in artifacts}
     runs.update({("ours", n): (lambda n=n: artifacts[n](prompt)) for n in artifacts})
     runs["sum"] = summing(BANDWIDTH_BYTES)
-    for run in runs.values():  # warm-up: compiles, caches
-        run()
-    times = {key: [] for key in runs}
-    for _ in range(repeats):
-        for key, run in runs.items():
-            start = time.perf_counter()
-            run()
-            times[key].append(time.perf_counter() - start)
-    median = {key: statistics.median(values) for key, values in times.items()}
+    median = timed(runs, repeats)  # alternating, after a warm-up each (compiles, caches)
     steps = [(median[(side, new_tokens)] - median[(side, 1)]) / (new_tokens - 1) for side in ("eager", "ours")]
-    return steps[0], steps[1], BANDWIDTH_BYTES / min(times["sum"])
+    return steps[0], steps[1], BANDWIDTH_BYTES / median["sum"]
 
 
 def hf_generate(model, prompt, new_tokens: int, cache_len: int):
