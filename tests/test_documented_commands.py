@@ -356,6 +356,24 @@ def test_documented_command(run, world):
 # a distinctive line of the block -> (preamble: what the block takes as given, check: what it must have made);
 # ``_last`` is the value of the block's last line when that is an expression
 PYTHON_BLOCKS = {
+    "art = exporter.export_generate(model, input_ids": ("""
+        import types
+        import torch
+        from transformers import LlamaConfig, LlamaForCausalLM
+
+        torch.manual_seed(0)
+        model = LlamaForCausalLM(LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                             num_attention_heads=4, num_key_value_heads=2, vocab_size=64)).eval()
+        tokenizer = types.SimpleNamespace(eos_token_id=2)  # a tokenizer's only field the block reads
+        input_ids = torch.tensor([[0, 0, 5, 9, 11], [7, 3, 5, 9, 11]])
+        attention_mask = torch.tensor([[0, 0, 1, 1, 1], [1, 1, 1, 1, 1]])
+    """, """
+        assert (Path("out/llm") / "manifest.json").is_file() and (Path("out/llm_tf") / "saved_model.pb").is_file()
+        with torch.no_grad():
+            expected = model.generate(input_ids, attention_mask=attention_mask, max_new_tokens=64, do_sample=False,
+                                      cache_implementation="static", pad_token_id=0)
+        assert tokens[:, :expected.shape[1]].tolist() == expected.tolist()
+    """),
     "art = export_to_stablehlo(model, (x,))     # nn.Module": ("", """
         torch.testing.assert_close(_last, model(x))
         assert (Path("out/mlp") / "manifest.json").is_file()
