@@ -97,14 +97,14 @@ class Run:
 # python -m torch_stablehlo.<module> (keyed by the module's last name, so a move between packages keeps it):
 # arguments that keep it small or out of the checkout
 MODULE_ARGS = {
-    "demo": (["--model", "mlp"], "the zoo's mlp instead of GPT-2 12-layer"),
+    "demo": (["--model", "mlp", "--no-llm"], "the zoo's mlp instead of GPT-2 12-layer, no LLM part"),
     "verify": (["--only", "mlp"], "one small model"),
     "dynamic": (["--only", "mlp"], "one small model"),
     "regenerate": (["--only", "mlp", "--data-dir", "golden-data"], "one model, into this folder, not golden/data"),
     "serving": (["--only", "mlp"], "one small model"),
 }
 SLOW_MODULES = {"serving"}  # a SavedModel, saved_model_cli and a second process per model: ~15 s of CPU
-AS_WRITTEN_TOO = {"demo"}  # also run as written, among the slow ones (make demo: GPT-2 12-layer, ~15 s of CPU)
+AS_WRITTEN_TOO = {"demo"}  # also run as written, among the slow ones (make demo: GPT-2 12-layer and the export_generate part)
 BENCH_ARGS = {
     "convert_speed.py": ["--small"],
     "run_speed.py": ["--models", "mlp", "--repeats", "1"],
