@@ -35,6 +35,12 @@ from .signature import InputSlot, Signature
 ALIASING_ATTR = "tf.aliasing_output"  # on an argument: the index of the result that may reuse its buffer
 
 
+def functionalised_for(graph_module: torch.fx.GraphModule, signature: Signature) -> dict:
+    """``graph_module``'s in-place nodes the walk lowers functionally (``inplace.functionalised``), its
+    placeholders' kinds read from ``signature`` (the graph's program's, or a copy's with the same placeholders)."""
+    return functionalised(graph_module, returned_placeholders(graph_module, [slot.kind for slot in signature.inputs]))
+
+
 def _is_tensor_meta(meta) -> bool:
     return isinstance(meta, torch.Tensor)
 
@@ -56,8 +62,7 @@ class GraphLowering:
         self._seed: ir.Value | None = None  # @main's last argument where the graph draws random numbers
         self._keys = itertools.count()
         # the top graph's in-place nodes lowered functionally (``inplace.functionalised``; computed if not given)
-        self._writes = writes if writes is not None else functionalised(
-            graph_module, returned_placeholders(graph_module, [slot.kind for slot in signature.inputs]))
+        self._writes = writes if writes is not None else functionalised_for(graph_module, signature)
 
     def lower(self, context: ir.Context, function_name: str = "main") -> ir.Module:
         """Build the module: ``@main``'s arguments are the signature's tensor inputs, each located by its name."""

@@ -80,10 +80,14 @@ def written_placeholders(graph_module: torch.fx.GraphModule, writers=None) -> di
     """Each node of ``writers`` (default: every node) that writes a placeholder, itself or through an alias ->
     the placeholders it writes."""
     nodes = list(graph_module.graph.nodes)
-    aliases = _alias_classes(nodes)
+    aliases = None  # the graph's alias classes, made at the first write (most graphs write nothing)
     written = {}
     for node in nodes if writers is None else writers:
-        placeholders = {m for value in _written_arguments(node) for m in aliases[value] if m.op == "placeholder"}
+        arguments = _written_arguments(node)
+        if not arguments:
+            continue
+        aliases = aliases or _alias_classes(nodes)
+        placeholders = {m for value in arguments for m in aliases[value] if m.op == "placeholder"}
         if placeholders:
             written[node] = placeholders
     return written

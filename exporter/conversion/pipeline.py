@@ -22,7 +22,7 @@ from torch_stablehlo.quantize import lowering_graph, plain_quantized_weights, pr
 from torch_stablehlo.stablehlo_ir.mlir_context import make_context
 
 from ..errors import LoweringError, UnsupportedOpsError
-from .graph_lowering import GraphLowering, unsupported_targets
+from .graph_lowering import GraphLowering, functionalised_for, unsupported_targets
 from .inplace import functionalised, unfunctionalised_mutations, written_placeholders
 from .locations import describe
 from .sharding import shard_signature
@@ -54,7 +54,7 @@ def convert(model, args=(), kwargs=None, *, dynamic_shapes=None, quantized_ops: 
     signature = shard_signature(signature_of(program), mesh, shardings, program.graph_module)
     graph_module = lowering_graph(program, quantized_ops)
     if graph_module is not checked:  # stacks folded or quantization ops annotated: a copy, with nodes of its own
-        writes = _functionalised(graph_module, program)
+        writes = functionalised_for(graph_module, signature)
     return Conversion(program, signature, graph_module, writes, _held_values(program, signature))
 
 
@@ -131,13 +131,9 @@ def _refuse_uncarried_constants(program: ExportedProgram, mutations: list[torch.
 
 def _checked(program: ExportedProgram) -> tuple[dict, dict]:
     """The program's graph functionalised, and the targets in it without a lowering (reading that)."""
-    writes = _functionalised(program.graph_module, program)
-    return writes, unsupported_targets(program.graph_module, writes)
-
-
-def _functionalised(graph_module: torch.fx.GraphModule, program: ExportedProgram) -> dict:
-    """``graph_module`` (``program``'s graph, or a copy with the same placeholders) functionalised."""
-    return functionalised(graph_module, returned_placeholders(graph_module, program_input_kinds(program)))
+    graph_module = program.graph_module
+    writes = functionalised(graph_module, returned_placeholders(graph_module, program_input_kinds(program)))
+    return writes, unsupported_targets(graph_module, writes)
 
 
 def _decompositions(targets) -> dict:
