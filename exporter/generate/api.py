@@ -78,7 +78,7 @@ def export_generate(model, input_ids: torch.Tensor, max_new_tokens: int = 64, ma
                     attention_mask: torch.Tensor | None = None, do_sample: bool = False, temperature: float = 1.0,
                     top_k: int | None = None, top_p: float | None = None, eos_token_id=None,
                     pad_token_id: int | None = None) -> GenerateArtifact:
-    """``model.generate`` (a transformers causal LM in eval mode, every layer full attention) as one program: the
+    """``model.generate`` (a transformers causal LM in eval mode, its layers full or sliding-window attention) as one program: the
     prompt through the model, then one ``stablehlo.while`` over the new tokens that stops once every row has
     produced an eos, the KV cache made and updated inside. Prompts of any length up to ``max_cache_len -
     max_new_tokens`` (``max_cache_len=None``: the example's length plus ``max_new_tokens``, rounded up to a

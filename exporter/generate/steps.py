@@ -63,15 +63,21 @@ def carried_shape(shape) -> tuple[int, ...]:
     return tuple(size for dim, size in enumerate(shape) if dim >= 2 or size != 1)
 
 
+# the layer types export_generate carries a cache for: a full-length cache each. The model's mask limits a sliding
+# layer to its window (counted in cache columns, as transformers' hybrid cache counts them), so the tokens are the
+# hybrid cache's; the cost is a whole cache read per step where a window would do.
+CACHED_LAYER_TYPES = ("full_attention", "sliding_attention")
+
+
 def cache_shapes(model, batch: int, max_cache_len: int) -> list[tuple[int, ...]]:
-    """The carried shape of each cache tensor (keys and values per layer); refuses models whose layers are not all
-    full attention (sliding windows, chunked or linear attention need other caches)."""
+    """The carried shape of each cache tensor: keys and values per layer, each ``max_cache_len`` long; refuses
+    models with other layers (chunked or linear attention, shared caches)."""
     config = model.config.get_text_config(decoder=True)
     layer_types, _ = get_layer_types_and_kwargs(config)
-    other = sorted(set(layer_types) - {"full_attention"})
+    other = sorted(set(layer_types) - set(CACHED_LAYER_TYPES))
     if other:
-        raise NotImplementedError(f"export_generate handles decoders whose layers all use full attention with a "
-                                  f"static cache; this model has {', '.join(other)} layers")
+        raise NotImplementedError(f"export_generate handles decoders whose layers use full or sliding-window "
+                                  f"attention; this model has {', '.join(other)} layers")
     heads, head_dim = get_head_shapes(config)
     per_layer = zip(_per_layer(heads, len(layer_types)), _per_layer(head_dim, len(layer_types)))
     return [carried_shape((batch, h, max_cache_len, d)) for h, d in per_layer for _ in ("keys", "values")]

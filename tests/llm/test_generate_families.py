@@ -1,0 +1,74 @@
+"""export_generate across decoder families: token-exact with transformers' ``generate`` (static cache; hybrid
+where the model has sliding-window layers) for a left-padded batch of prompts of different lengths.
+
+Sliding windows are smaller than prompt + new tokens, so a window that is not applied, or applied over the
+wrong columns, changes the tokens. Tiny models from configs with seeded random weights (no downloads), scaled
+(``initializer_range``) so greedy decoding does not settle on one token."""
+import pytest
+import torch
+from transformers import (Gemma2Config, Gemma2ForCausalLM, Gemma3ForCausalLM, Gemma3TextConfig, MistralConfig,
+                          MistralForCausalLM, Phi3Config, Phi3ForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen3Config,
+                          Qwen3ForCausalLM)
+
+from torch_stablehlo import exporter
+
+VOCAB = 128
+NEW_TOKENS = 24
+SHAPES = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+              num_key_value_heads=2, vocab_size=VOCAB, max_position_embeddings=256, initializer_range=0.2,
+              bos_token_id=1, eos_token_id=2, pad_token_id=0)
+
+FAMILIES = {
+    # a sliding window of 4 on layer 0, full attention on layer 1: transformers' hybrid cache
+    # (Gemma scales its embeddings up: smaller weights keep its tokens varied)
+    "gemma3": (Gemma3ForCausalLM, Gemma3TextConfig, dict(head_dim=16, sliding_window=4, initializer_range=0.05,
+                                                         layer_types=["sliding_attention", "full_attention"])),
+    "gemma2": (Gemma2ForCausalLM, Gemma2Config, dict(head_dim=16, sliding_window=4, initializer_range=0.05,
+                                                     layer_types=["sliding_attention", "full_attention"])),
+    "mistral": (MistralForCausalLM, MistralConfig, dict(sliding_window=5)),  # every layer sliding
+    "qwen2": (Qwen2ForCausalLM, Qwen2Config, dict(tie_word_embeddings=True)),
+    "qwen3": (Qwen3ForCausalLM, Qwen3Config, dict(head_dim=16)),
+    "phi3": (Phi3ForCausalLM, Phi3Config, {}),
+}
+
+
+@pytest.fixture(scope="module")
+def padded_batch():
+    """Three prompts of 9, 6 and 3 tokens, left-padded to 9."""
+    torch.manual_seed(1)
+    ids = torch.randint(3, VOCAB, (3, 9))
+    mask = torch.ones_like(ids)
+    mask[1, :3] = 0
+    mask[2, :6] = 0
+    return ids.masked_fill(mask == 0, 0), mask
+
+
+def _model(family: str):
+    model_class, config_class, extra = FAMILIES[family]
+    torch.manual_seed(0)
+    model = model_class(config_class(**{**SHAPES, **extra})).eval()
+    model.generation_config.eos_token_id = None  # every row makes all its tokens
+    model.generation_config.pad_token_id = 0
+    return model
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_padded_batch_is_token_exact_with_generate(family, padded_batch):
+    model = _model(family)
+    ids, mask = padded_batch
+    with torch.no_grad():
+        expected = model.generate(ids, attention_mask=mask, max_new_tokens=NEW_TOKENS, do_sample=False,
+                                  cache_implementation="static")
+    art = exporter.export_generate(model, ids, max_new_tokens=NEW_TOKENS, attention_mask=mask)
+    ours = art(ids, attention_mask=mask)
+    assert expected[:, 9:].unique().numel() > 3, "the model repeats one token: the check would be weak"
+    torch.testing.assert_close(ours, expected, rtol=0, atol=0)
+
+
+def test_layers_without_a_carried_cache_are_refused(padded_batch):
+    model = _model("qwen3")
+    model.config.layer_types = ["chunked_attention", "full_attention"]
+    ids, mask = padded_batch
+    with pytest.raises(NotImplementedError, match="full or sliding-window attention; this model has "
+                                                  "chunked_attention layers"):
+        exporter.export_generate(model, ids, max_new_tokens=4, attention_mask=mask)
