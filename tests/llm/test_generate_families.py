@@ -67,7 +67,8 @@ def test_padded_batch_is_token_exact_with_generate(family, padded_batch):
 
 def test_layers_without_a_carried_cache_are_refused(padded_batch):
     model = _model("qwen3")
-    model.config.layer_types = ["chunked_attention", "full_attention"]
+    model.config.layer_types = ["chunked_attention", "full_attention"]  # as Llama 4 has
+    model.config.attention_chunk_size = 4
     ids, mask = padded_batch
     with pytest.raises(NotImplementedError, match="full or sliding-window attention; this model has "
                                                   "chunked_attention layers"):
