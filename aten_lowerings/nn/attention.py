@@ -3,8 +3,8 @@
 The decomposition is wrapped in a ``stablehlo.composite`` so a backend can
 match the whole op (its attributes: scale, is_causal, enable_gqa) and anything
 else runs the decomposition function. Products are ``dot_general`` with the
-leading dims as batch dims (grouped-query attention splits the query heads
-into (kv heads, group) instead of repeating keys and values); the softmax is
+leading dims as batch dims, broadcast as torch broadcasts them (grouped-query attention, and keys and values
+of one head, split the query heads into (kv heads, group) instead of repeating keys and values); the softmax is
 computed in float32 for low precision, normalized after the product with
 values, and a fully masked row gives zeros, as torch does. With dropout the
 op is random, and inlined rather than a composite; over a KV cache just written
@@ -77,11 +77,27 @@ def _ops_text(function: func.FuncOp) -> str:
 
 # -- the decomposition ------------------------------------------------------------------
 
+def _broadcast_leading(ctx, values, all_sizes, groups: int):
+    """Query, key and value with their leading dims broadcast to one shape, as torch broadcasts them (a key and
+    value of batch 1, say); the head dim of grouped keys and values (``groups`` > 1) keeps its size. The values
+    and their sizes."""
+    lead = len(all_sizes[1]) - 2
+    common = [next((size for size in sizes if size != 1), 1) for sizes in zip(*(s[:lead] for s in all_sizes))]
+    results = []
+    for index, (value, sizes) in enumerate(zip(values, all_sizes)):
+        target = list(common) + list(sizes[lead:])
+        if groups > 1 and index > 0:
+            target[lead - 1] = sizes[lead - 1]
+        results.append((value if target == list(sizes) else broadcast_to(ctx, value, target), target))
+    return zip(*results)
+
+
 def _attention(ctx, metas, query, key, value, mask, scale: float, is_causal: bool, groups: int, outputs: int,
                dropout_p: float = 0.0):
     """Attention output, and with ``outputs=2`` the log-sum-exp, in float32 for low precision; with
     ``dropout_p`` the softmax weights go through dropout (``ctx`` must draw random numbers)."""
-    q_sizes, k_sizes, v_sizes = (list(m.shape) for m in metas)
+    (query, key, value), (q_sizes, k_sizes, v_sizes) = _broadcast_leading(
+        ctx, (query, key, value), [list(m.shape) for m in metas], groups)
     dtype = compute_dtype(dtype_of(query))
     length, source = q_sizes[-2], k_sizes[-2]
     batch = len(k_sizes) - 2  # leading dims, the kv head dim included
@@ -146,8 +162,12 @@ def _options(ctx, scale, enable_gqa) -> tuple[float, int]:
         if not isinstance(q_sizes[-1], int):
             raise NotImplementedError("attention with a dynamic head size needs an explicit scale")
         scale = 1 / math.sqrt(q_sizes[-1])
+    if len({len(q_sizes), len(k_sizes), len(ctx.arg_meta(2).shape)}) > 1:
+        raise NotImplementedError("attention over query, key and value of different ranks")
     groups = 1
-    if enable_gqa and len(q_sizes) > 2:
+    if len(q_sizes) > 2 and (enable_gqa or (k_sizes[-3] == 1 and q_sizes[-3] != 1)):
+        # grouped-query attention, and keys and values of one head broadcast over the query's (multi-query
+        # attention without enable_gqa): the query heads split into (kv heads, group), no repeat of keys
         heads, kv_heads = q_sizes[-3], k_sizes[-3]
         if not (isinstance(heads, int) and isinstance(kv_heads, int)):
             raise NotImplementedError("grouped-query attention with a dynamic number of heads")

@@ -80,6 +80,31 @@ def test_grouped_query(options, mask, dtype):
     assert_matches_eager(attention(enable_gqa=True, **options), *args, *masks)
 
 
+@pytest.mark.parametrize("options", [dict(), dict(is_causal=True), dict(enable_gqa=True)])
+@pytest.mark.parametrize("key_shape", [
+    (2, 1, 7, 8),   # one key/value head for every query head (Falcon's multi-query attention, no enable_gqa)
+    (1, 4, 7, 8),   # a key and value of batch 1 for a query of batch 2
+    (1, 1, 7, 8),   # both
+])
+def test_keys_and_values_broadcast_over_the_query(key_shape, options):
+    torch.manual_seed(0)
+    q, k, v = torch.randn(2, 4, 5, 8), torch.randn(key_shape), torch.randn(key_shape)
+    masks = [] if options.get("is_causal") else [torch.rand(2, 1, 5, 7) > 0.2]  # torch takes one or the other
+    assert_matches_eager(attention(**options), q, k, v, *masks)
+
+
+def test_broadcast_keys_under_a_symbolic_batch():
+    torch.manual_seed(0)
+    q, k, v = torch.randn(3, 4, 5, 8), torch.randn(1, 1, 5, 8), torch.randn(1, 1, 5, 8)
+    batch = torch.export.Dim("batch", min=2, max=16)
+    program = torch.export.export(FunctionModule(attention(is_causal=True)), (q, k, v),
+                                  dynamic_shapes=(({0: batch}, None, None),))
+    artifact = export_to_stablehlo(program)
+    for size in (2, 5):
+        query = torch.randn(size, 4, 5, 8)
+        torch.testing.assert_close(artifact(query, k, v), F.scaled_dot_product_attention(query, k, v, is_causal=True))
+
+
 @pytest.mark.parametrize("options", [dict(), dict(is_causal=True, scale=0.5)])
 def test_flash_attention_for_cpu(options):
     def flash(q, k, v):
