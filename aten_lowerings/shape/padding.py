@@ -27,9 +27,14 @@ def pad_pairs(pad, ndim: int) -> list[tuple[int, int]]:
 
 @lower(aten.constant_pad_nd.default)
 def constant_pad_nd(ctx, x, pad, value=0):
-    lows, highs = zip(*pad_pairs(pad, rank(x)))
-    return stablehlo.pad(x, constant(value, ctx.out_dtype), list(lows), list(highs), [0] * rank(x),
-                         results=[ctx.out_type()])
+    """``stablehlo.pad``; ``dynamic_pad`` where a pad is a symbolic size (Mamba's ``(chunk - seq % chunk) %
+    chunk``), its amounts computed at run time."""
+    lows, highs = zip(*pad_pairs(ctx.literal(1), rank(x)))  # ints, or SymInts where symbolic
+    fill = constant(value, ctx.out_dtype)
+    if all(isinstance(p, int) for p in lows + highs):
+        return stablehlo.pad(x, fill, list(lows), list(highs), [0] * rank(x), results=[ctx.out_type()])
+    return stablehlo.dynamic_pad(ctx.out_type(), x, fill, ctx.shape_value(lows), ctx.shape_value(highs),
+                                 ctx.shape_value([0] * rank(x)))
 
 
 def _resized(sizes, dim: int, length):
@@ -59,6 +64,9 @@ def _edge_padding(edge, low_start, high_start):
 
     def rule(ctx, x, padding):
         sizes = list(ctx.arg_meta(0).shape)
+        if not all(isinstance(p, int) for p in padding):
+            raise NotImplementedError("reflection, replication and circular padding by a symbolic amount (the "
+                                      "constant mode takes one)")
         for dim, (low, high) in enumerate(pad_pairs(padding, len(sizes))):
             if low == high == 0:
                 continue

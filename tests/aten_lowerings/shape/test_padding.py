@@ -5,7 +5,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tests.support import FLOATS, INTS, assert_lowers, assert_lowers_with_symbolic_batch, make
+from torch_stablehlo.exporter import export_to_stablehlo
+from tests.support import FLOATS, INTS, FunctionModule, assert_lowers, assert_lowers_with_symbolic_batch, make
 
 aten = torch.ops.aten
 
@@ -67,3 +68,18 @@ def test_aten_ops_directly(op, shape, pad):
 def test_symbolic_batch(mode):
     assert_lowers_with_symbolic_batch(lambda x: F.pad(x, (1, 2, 2, 1), mode=mode), make((4, 3, 5, 6)),
                                       reads_size=mode != "constant")
+
+
+def test_pad_by_a_symbolic_amount():
+    """Mamba2 pads the sequence to whole chunks: the pad is a size expression, computed at run time."""
+    def to_chunks(x):
+        return F.pad(x, (0, 0, 0, (4 - x.shape[1] % 4) % 4), value=-1.0)
+
+    sequence = torch.export.Dim("sequence", min=2, max=64)
+    program = torch.export.export(FunctionModule(to_chunks), (make((2, 8, 3)),),
+                                  dynamic_shapes=(({1: sequence},),))
+    artifact = export_to_stablehlo(program)
+    assert "stablehlo.dynamic_pad" in artifact.stablehlo_text
+    for length in (5, 8, 11):
+        x = make((2, length, 3), seed=length)
+        torch.testing.assert_close(artifact(x), to_chunks(x), rtol=0, atol=0)
