@@ -13,7 +13,9 @@ write and the written rows apart (``emit.contraction.written_rows``).
 """
 from __future__ import annotations
 
+import hashlib
 import math
+import re
 
 import torch
 from jaxlib.mlir import ir
@@ -30,7 +32,7 @@ from ..promotion import compute_dtype, convert
 from ..registry import lower
 from ..shape_values import SymbolicDims
 from ..shapes import broadcast_in_dim, broadcast_to, iota, reshape
-from ..values import dtype_of, enclosing_module
+from ..values import dtype_of, enclosing_module, value_type
 
 aten = torch.ops.aten
 
@@ -51,7 +53,8 @@ def _composite(ctx, name: str, operands, metas, attributes: dict, result_types, 
     ``body(body_ctx, *arguments)`` emits it and returns its results. A function the module already has with
     the same ops (every layer of a transformer) is used instead of a copy."""
     module = enclosing_module()
-    function = func.FuncOp(name.replace(".", "_"), ([v.type for v in operands], result_types),
+    stem = name.replace(".", "_") + _sizes_tag(ctx, operands)
+    function = func.FuncOp(stem, ([v.type for v in operands], result_types),
                            visibility="private", ip=ir.InsertionPoint(module.regions[0].blocks[0]))
     symbol = ir.SymbolTable(module).insert(function.operation).value
     block = function.add_entry_block()
@@ -61,12 +64,22 @@ def _composite(ctx, name: str, operands, metas, attributes: dict, result_types, 
     text = _ops_text(function)
     twin = next((f for f in module.regions[0].blocks[0].operations if isinstance(f, func.FuncOp)
                  and f.sym_name.value != symbol and f.visibility.value == "private" and f.type == function.type
-                 and _ops_text(f) == text), None)
+                 and re.fullmatch(re.escape(stem) + r"(_\d+)?", f.sym_name.value) and _ops_text(f) == text), None)
     if twin is not None:
         function.operation.erase()
         symbol = twin.sym_name.value
     return stablehlo.composite(result_types, operands, name, ir.FlatSymbolRefAttr.get(symbol), 0,
                                composite_attributes=attributes)
+
+
+def _sizes_tag(ctx, operands) -> str:
+    """A suffix naming the operands' symbolic sizes (none where every size is static). Functions are shared only
+    between calls with the same tag: two ``?`` dims print alike but may be different sizes (an encoder's and a
+    decoder's lengths), and shape refinement specialises a function once."""
+    if all(value_type(v).has_static_shape for v in operands):
+        return ""
+    sizes = repr([ctx.dims.sizes_of(v) for v in operands])
+    return "_" + hashlib.sha1(sizes.encode()).hexdigest()[:8]
 
 
 def _ops_text(function: func.FuncOp) -> str:

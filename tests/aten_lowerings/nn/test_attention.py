@@ -195,3 +195,18 @@ def test_key_lengths_derived_from_a_symbolic_length_run_at_every_size():
         q = torch.randn(batch, 2, length, 8)
         with torch.no_grad():
             torch.testing.assert_close(artifact(q), model(q))
+
+
+def test_calls_over_different_symbolic_lengths_do_not_share_a_function():
+    """An encoder's and a decoder's self-attention print alike (``?`` lengths) but are different sizes: each
+    gets its function (shape refinement specialises a function once), and the program runs with them unequal."""
+    def two_attentions(a, b):
+        return F.scaled_dot_product_attention(a, a, a), F.scaled_dot_product_attention(b, b, b)
+
+    source, target = torch.export.Dim("source", max=64), torch.export.Dim("target", max=64)
+    program = torch.export.export(FunctionModule(two_attentions), (torch.randn(1, 4, 6, 16), torch.randn(1, 4, 6, 16)),
+                                  dynamic_shapes=(({2: source}, {2: target}),))
+    artifact = export_to_stablehlo(program)
+    assert artifact.stablehlo_text.count("func.func private") == 2
+    a, b = torch.randn(1, 4, 5, 16), torch.randn(1, 4, 9, 16)
+    torch.testing.assert_close(artifact(a, b), two_attentions(a, b))
