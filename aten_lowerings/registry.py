@@ -14,7 +14,8 @@ LOWERINGS: dict[object, Callable] = {}
 
 
 def lower(*targets):
-    """Register the decorated rule for each op overload (or a whole overload packet)."""
+    """Register the decorated rule for each op overload (or a whole overload packet, or an op's qualified name
+    ``"namespace::name"``: an op a library defines when it is imported, such as transformers' custom ops)."""
 
     def register(rule):
         for target in targets:
@@ -29,7 +30,7 @@ def lower(*targets):
 def lowering_for(target) -> Callable | None:
     rule = LOWERINGS.get(target)
     if rule is None and isinstance(target, torch._ops.OpOverload):
-        rule = LOWERINGS.get(target.overloadpacket)
+        rule = LOWERINGS.get(target.overloadpacket) or LOWERINGS.get(target._schema.name)
     return rule
 
 

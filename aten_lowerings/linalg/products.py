@@ -1,4 +1,5 @@
-"""Matrix products: mm, bmm, addmm, baddbmm, linear, matmul, dot, mv, einsum, as ``dot_general`` with batch dims."""
+"""Matrix products: mm, bmm, addmm, baddbmm, linear, matmul, dot, mv, einsum, as ``dot_general`` with batch dims;
+grouped products of mixture-of-experts layers (``_grouped_mm``, transformers' ``grouped_mm_fallback``)."""
 from __future__ import annotations
 
 import string
@@ -6,13 +7,14 @@ import string
 import torch
 from jaxlib.mlir.dialects import stablehlo
 
+from ..constants import constant, full_like
 from ..emit.contraction import contract
-from ..emit.elementwise import elementwise_operands
+from ..emit.elementwise import compare, elementwise_operands
 from ..emit.reductions import reduce
 from ..mlir_types import DYNAMIC, mlir_shape
 from ..promotion import compute_dtype, convert
 from ..registry import lower
-from ..shapes import broadcast_to
+from ..shapes import broadcast_in_dim, broadcast_to, iota
 from ..values import dtype_of, rank, static_shape
 
 aten = torch.ops.aten
@@ -184,3 +186,46 @@ def trilinear(ctx, i1, i2, i3, expand1, expand2, expand3, sumdim, unroll_dim=1):
     operands = ["".join(c for d, c in enumerate(labels) if d not in expand) for expand in (expand1, expand2, expand3)]
     output = "".join(c for d, c in enumerate(labels) if d not in sumdim)
     return einsum(ctx, f"{','.join(operands)}->{output}", [i1, i2, i3])
+
+
+# -- grouped products (mixture of experts) -----------------------------------------------------------------------
+
+def _grouped_product(ctx, x, weights, ends, out_dtype):
+    """[rows, in] x [groups, in, out] -> [rows, out]: row r times the weights of its group, the group whose rows
+    end (exclusive) at ``ends[g]`` and start where the previous group's end; rows past the last end are zeros.
+
+    As ``jax.lax.ragged_dot`` lowers it where no grouped kernel exists: each group's rows selected into a
+    [groups, rows, in] operand (zeros elsewhere), contracted with the weights over groups and inputs. The
+    product costs groups x a dense one; its rows and groups may be symbolic (tokens routed at run time)."""
+    rows, width = ctx.arg_meta(0).shape
+    groups = ctx.arg_meta(1).shape[0]
+    selected_sizes = [groups, rows, width]
+    ends = convert(ends, torch.int64)
+    starts = stablehlo.concatenate([constant(0, torch.int64, [1]), stablehlo.slice(ends, [0], [groups - 1], [1])]
+                                   if groups > 1 else [constant(0, torch.int64, [1])], 0)
+    row = iota(ctx, [groups, rows], 1)
+    inside = stablehlo.and_(compare(broadcast_in_dim(ctx, starts, [groups, rows], [0]), row, "LE"),
+                            compare(row, broadcast_in_dim(ctx, ends, [groups, rows], [0]), "LT"))
+    selected = stablehlo.select(broadcast_in_dim(ctx, inside, selected_sizes, [0, 1]),
+                                broadcast_in_dim(ctx, x, selected_sizes, [1, 2]),
+                                full_like(ctx, selected_sizes, 0, dtype_of(x)))
+    out = contract(selected, weights, [], [], [0, 2], [0, 1], mlir_shape(ctx.out_shape), dtype_of(x))
+    return convert(out, out_dtype)
+
+
+@lower(aten._grouped_mm.default)
+def grouped_mm(ctx, x, weights, offs=None, bias=None, out_dtype=None):
+    """A 2-d input's rows in groups ending at ``offs`` (cumulative), each times its group's matrix."""
+    if offs is None or rank(x) != 2 or rank(weights) != 3:
+        raise NotImplementedError("_grouped_mm of a 2-d input and 3-d weights with offs (the mixture-of-experts "
+                                  "form) is lowered; other forms are not")
+    if bias is not None:
+        raise NotImplementedError("_grouped_mm with a bias")
+    return _grouped_product(ctx, x, weights, offs, ctx.out_dtype)
+
+
+@lower("transformers::grouped_mm_fallback")
+def transformers_grouped_mm(ctx, x, weights, offs):
+    """transformers' custom op for the experts' products (its default experts path in float32): ``_grouped_mm``'s
+    arithmetic, rows past the last group zeros."""
+    return _grouped_product(ctx, x, weights, offs, ctx.out_dtype)
