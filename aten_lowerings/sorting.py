@@ -4,7 +4,7 @@ nanmedian, mode), bucketing (searchsorted, histc, bucketize), masked_scatter, no
 
 Sorts are ``emit.sorting``'s: always stable, so ties keep their input order (what ``stable=True`` asks for,
 and what torch's CPU kernels give for the other overloads too), NaN above every number.
-argsort and msort decompose to ``sort``.
+argsort is the sort's indices; msort decomposes to ``sort``.
 """
 from __future__ import annotations
 
@@ -36,6 +36,16 @@ def sort(ctx, x, dim=-1, descending=False):
 @lower(aten.sort.stable)
 def sort_stable(ctx, x, *, stable=None, dim=-1, descending=False):
     return sort_with_indices(ctx, x, dim, descending)
+
+
+@lower(aten.argsort.default)
+def argsort(ctx, x, dim=-1, descending=False):
+    return sort_with_indices(ctx, x, dim, descending)[1]
+
+
+@lower(aten.argsort.stable)
+def argsort_stable(ctx, x, *, stable=False, dim=-1, descending=False):
+    return sort_with_indices(ctx, x, dim, descending)[1]
 
 
 @lower(aten.topk.default)

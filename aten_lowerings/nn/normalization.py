@@ -1,4 +1,4 @@
-"""Normalization: layer, batch (eval and training), group, instance and RMS norm.
+"""Normalization: layer, batch (eval and training), group, instance and RMS norm; weight norm.
 
 Statistics are computed in float32 for float16/bfloat16 inputs, as torch's CPU
 kernels do; the variance is the two-pass mean of squared deviations.
@@ -17,7 +17,7 @@ from ..emit.reductions import reduce
 from ..mlir_types import DYNAMIC
 from ..promotion import compute_dtype, convert, round_to
 from ..registry import lower
-from ..shapes import broadcast_in_dim, dim_size, reshape
+from ..shapes import broadcast_in_dim, broadcast_to, dim_size, reshape
 from ..values import dtype_of, static_shape
 
 aten = torch.ops.aten
@@ -111,6 +111,20 @@ def rms_norm(ctx, x, normalized_shape, weight=None, eps=None):
     rstd = _rsqrt_plus(ctx, mean_square, eps, sizes[:first])
     y = stablehlo.multiply(x, broadcast_in_dim(ctx, rstd, sizes, kept))
     return convert(_affine(ctx, y, weight, None, sizes, dims), ctx.out_dtype)
+
+
+@lower(aten._weight_norm.default)
+def weight_norm(ctx, v, g, dim=0):
+    """``v * g / ||v||``, the norm over every dim but ``dim`` (over all of them for ``dim=-1``), as torch's
+    ``norm_except_dim``; in float32 for low precision."""
+    sizes = list(ctx.arg_meta(0).shape)
+    dtype = compute_dtype(dtype_of(v))
+    kept = [] if dim == -1 else [dim % len(sizes)]
+    dims = [d for d in range(len(sizes)) if d not in kept]
+    v = convert(v, dtype)
+    norm = stablehlo.sqrt(reduce(ctx, stablehlo.multiply(v, v), dims, 0, stablehlo.add))
+    scale = stablehlo.divide(convert(g, dtype), reshape(ctx, norm, list(ctx.arg_meta(1).shape)))
+    return convert(stablehlo.multiply(v, broadcast_to(ctx, scale, sizes)), ctx.out_dtype)
 
 
 # -- batch norm ---------------------------------------------------------------------------------

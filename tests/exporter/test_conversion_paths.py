@@ -1,5 +1,5 @@
 """Which conversions re-trace: ops that used to send the whole program through ``run_decompositions`` (F.pad,
-``detach_``, in-place ops on temporaries, in-place cache writes) are lowered in the one graph walk, and
+``detach_``, argsort, weight norm, in-place ops on temporaries, in-place cache writes) are lowered in the one graph walk, and
 writes the walk cannot rebind (user inputs, aliases read after the write) still take the re-trace."""
 from __future__ import annotations
 
@@ -85,6 +85,9 @@ CASES = {
     "detach_": (_detached, (make((3, 4)),)),
     "chained_writes": (_chained_writes, (make((3, 4)),)),
     "copy_": (_fill_then_view, (make((3, 4)),)),
+    "argsort": (lambda x: (torch.argsort(x, -1), torch.argsort(x, dim=0, stable=True, descending=True)),
+                (make((3, 4)),)),
+    "weight_norm": (lambda v, g: torch._weight_norm(v, g, 2), (make((4, 3, 5)), make((1, 1, 5), low=0.5))),
 }
 
 

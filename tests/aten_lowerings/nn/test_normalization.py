@@ -157,3 +157,15 @@ def test_instance_norm_with_running_stats_in_eval():
 
 def test_instance_norm_core_aten():
     assert_core_aten_matches_eager(nn.InstanceNorm2d(3), randn(2, 3, 4, 5, mean=1, std=3))
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("shape, dim, g_shape", [
+    ((4, 3, 5), 0, (4, 1, 1)),
+    ((4, 3, 5), 2, (1, 1, 5)),   # wav2vec2's positional convolution: the norm over all but the kernel dim
+    ((4, 3, 5), -1, (1,)),       # over every dim
+])
+def test_weight_norm(shape, dim, g_shape, dtype):
+    """aten._weight_norm, lowered (torch.export keeps it: no re-trace)."""
+    assert_matches_eager(lambda v, g: aten._weight_norm(v, g, dim), randn(*shape, dtype=dtype),
+                         randn(*g_shape, dtype=dtype).abs() + 0.5)
