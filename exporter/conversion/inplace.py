@@ -17,6 +17,7 @@ slice) cannot be carried so; such writes, and writes to the inputs whose updates
 """
 from __future__ import annotations
 
+import operator
 from typing import NamedTuple
 
 import torch
@@ -148,8 +149,11 @@ def _same_layout(new, old) -> bool:
 
 
 def _aliased_arguments(node: torch.fx.Node) -> list[torch.fx.Node]:
-    """The node arguments ``node``'s result may alias (``to`` only when it keeps the dtype: otherwise a copy)."""
+    """The node arguments ``node``'s result may alias (``to`` only when it keeps the dtype: otherwise a copy; a
+    ``getitem`` of an op's fresh results, such as topk's values and indices, none)."""
     target = node.target
+    if target is operator.getitem and _makes_fresh_results(node.args[0]):
+        return []
     if isinstance(target, torch._ops.OpOverload):
         if not any(r.alias_info is not None for r in target._schema.returns):
             return []
@@ -158,6 +162,13 @@ def _aliased_arguments(node: torch.fx.Node) -> list[torch.fx.Node]:
         return [value for argument, value in _bound(node)
                 if argument.alias_info is not None and isinstance(value, torch.fx.Node)]
     return list(node.all_input_nodes)
+
+
+def _makes_fresh_results(node) -> bool:
+    """An aten op whose results alias none of its arguments (its schema's returns have no alias)."""
+    return (isinstance(node, torch.fx.Node) and node.op == "call_function"
+            and isinstance(node.target, torch._ops.OpOverload)
+            and not any(r.alias_info is not None for r in node.target._schema.returns))
 
 
 def _dtype(node) -> torch.dtype | None:

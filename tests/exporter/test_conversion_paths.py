@@ -62,6 +62,12 @@ def _fill_then_view(x):
     return y.view(-1)[:5]
 
 
+def _normalised_top_k(x):
+    values, indices = x.topk(2, -1)  # a mixture-of-experts router: the weights renormalised in place
+    values /= values.sum(-1, keepdim=True)
+    return values, indices
+
+
 class StaticCache(torch.nn.Module):
     """A decoder step writing a KV cache as transformers' StaticCache does: index_copy_ into a tensor that
     torch.export lifts as a constant, then attention over the whole cache."""
@@ -85,6 +91,7 @@ CASES = {
     "detach_": (_detached, (make((3, 4)),)),
     "chained_writes": (_chained_writes, (make((3, 4)),)),
     "copy_": (_fill_then_view, (make((3, 4)),)),
+    "write_to_one_result_of_several": (_normalised_top_k, (make((3, 5)),)),
     "argsort": (lambda x: (torch.argsort(x, -1), torch.argsort(x, dim=0, stable=True, descending=True)),
                 (make((3, 4)),)),
     "weight_norm": (lambda v, g: torch._weight_norm(v, g, 2), (make((4, 3, 5)), make((1, 1, 5), low=0.5))),
