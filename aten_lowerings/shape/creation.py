@@ -25,7 +25,7 @@ def _constant_fill(fill):
     return rule
 
 
-lower(aten.zeros.default, aten.zeros_like.default, aten.new_zeros.default,
+lower(aten.zeros.default, aten.zeros_like.default, aten.new_zeros.default, aten.zero.default,
       aten.empty.memory_format, aten.empty_like.default, aten.new_empty.default, aten.empty_strided.default,
       aten.new_empty_strided.default, aten.empty_permuted.default)(_constant_fill(0))
 lower(aten.ones.default, aten.ones_like.default, aten.new_ones.default)(_constant_fill(1))

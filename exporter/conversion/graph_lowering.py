@@ -27,7 +27,7 @@ from torch_stablehlo.stablehlo_ir.sharding import argument_attributes, declare_m
 from torch_stablehlo.stablehlo_ir.unused import erase_unused
 
 from ..errors import LoweringError
-from .inplace import functionalised
+from .inplace import VIEW_SCATTERS, functionalised
 from .locations import LocationCache, describe
 from ..terminal import progress
 from .signature import InputSlot, Signature
@@ -145,15 +145,36 @@ class GraphLowering:
                 env[node] = getattr(graph_module, node.target)
             elif node.op == "call_function":
                 write = writes.get(node)
-                env[node] = self._lower_call(node, env, write.twin if write else node.target)
+                env[node] = value = self._lower_call(node, env, write.twin if write else node.target)
+                for view in write.through if write else ():  # the view's new value, scattered into its source
+                    env[view], value = value, self._scattered_back(view, env, value)
                 for rebound in write.rebinds if write else ():
-                    env[rebound] = env[node]
+                    env[rebound] = value
             elif node.op == "output":  # a tuple of outputs, or one (a while_loop's condition)
                 outputs = torch.fx.node.map_aggregate(node.args[0], lambda a: env[a] if isinstance(a, torch.fx.Node) else a)
                 return list(outputs) if isinstance(outputs, (tuple, list)) else [outputs]
             else:
                 raise LoweringError(f"unexpected FX node kind {node.op!r} ({node.format_node()})")
         raise LoweringError("graph has no output node")
+
+    def _scattered_back(self, view: torch.fx.Node, env: dict, part: ir.Value) -> ir.Value:
+        """The tensor ``view`` was taken from, with the view's elements replaced by ``part``: the view's scatter
+        (``inplace.VIEW_SCATTERS``) lowered as a node of a scratch graph whose inputs stand for the view's
+        arguments (the program's graph is left as it is)."""
+        scratch, values = torch.fx.Graph(), {}
+
+        def stand_in(argument: torch.fx.Node) -> torch.fx.Node:
+            placeholder = scratch.placeholder(f"argument_{len(values)}")
+            placeholder.meta = dict(argument.meta)
+            values[placeholder] = env[argument]
+            return placeholder
+
+        source, *rest = torch.fx.node.map_arg(view.args, stand_in)
+        written = stand_in(view)
+        values[written] = part
+        scatter = scratch.call_function(VIEW_SCATTERS[view.target], (source, written, *rest))
+        scatter.meta = dict(view.args[0].meta)
+        return self._lower_call(scatter, values, scatter.target)
 
     def _lower_call(self, node: torch.fx.Node, env: dict, target):
         if target is operator.getitem:

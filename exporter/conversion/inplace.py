@@ -1,7 +1,8 @@
 """In-place ops the graph walk functionalises itself, so that they need no ``run_decompositions`` re-trace.
 
 An in-place op that writes only its first argument (``add_``, ``copy_``, ``index_copy_``, ``detach_``, ...) is
-lowered as its out-of-place twin (``add``, ``copy``, ...), and the walk rebinds the written tensor to the result:
+lowered as its out-of-place twin (``add``, ``copy``, ...), and the walk rebinds the written tensor to the result
+(a write through slices, selects or diagonals of a tensor, ``mask[:, :k] = 0``, is scattered back into it first):
 the written node and every node made before the write that is the same tensor (``_identity_classes``: an earlier
 in-place op's result, a ``to`` or view that changed nothing). Later uses of any of them see the new value, as
 they would in torch. That is exact when no other alias of the written tensor (a view of part of it, a ``to``
@@ -27,10 +28,19 @@ from torch_stablehlo.aten_lowerings import RANDOM_OPS, lowering_for
 aten = torch.ops.aten
 
 
+# views whose writes reach the tensor they view: the scatter that puts a view's elements back
+VIEW_SCATTERS = {aten.slice.Tensor: aten.slice_scatter.default, aten.select.int: aten.select_scatter.default,
+                 aten.diagonal.default: aten.diagonal_scatter.default}
+
+
 class Write(NamedTuple):
-    """An in-place node the walk lowers as ``twin``; its result becomes the value of each node in ``rebinds``."""
+    """An in-place node the walk lowers as ``twin``. Its result is the new value of the tensor it writes, which
+    is a view of another through the ``through`` views (innermost first; none: the tensor itself): each
+    view's new value is scattered back into the tensor it views (``VIEW_SCATTERS``). The outermost tensor's
+    new value becomes the value of each node in ``rebinds``."""
     twin: torch._ops.OpOverload
     rebinds: tuple[torch.fx.Node, ...]
+    through: tuple[torch.fx.Node, ...] = ()
 
 
 def functional_twin(target) -> torch._ops.OpOverload | None:
@@ -65,16 +75,28 @@ def functionalised(graph_module: torch.fx.GraphModule, returned=None) -> dict[to
         twin = functional_twin(node.target) if node.op == "call_function" else None
         if twin is None or twin in RANDOM_OPS or lowering_for(twin) is None or not _same_type(node, node.args[0]):
             continue
-        written = node.args[0]
+        through = _views_written(node.args[0])
+        written = through[-1].args[0] if through else node.args[0]
         members, same = aliases[written], identities[written]
         if members & returned or any(m.op == "placeholder" and m not in same for m in members):
             continue
         rebinds = [a for a in same if position[a] < position[node]]
-        stale = [a for a in members - set(rebinds) if position[a] < position[node]
+        stale = [a for a in members - set(rebinds) - set(through) if position[a] < position[node]
                  and any(position[user] > position[node] for user in a.users)]
         if not stale:
-            writes[node] = Write(twin, (written, *sorted(set(rebinds) - {written}, key=position.get)))
+            writes[node] = Write(twin, (written, *sorted(set(rebinds) - {written}, key=position.get)),
+                                 tuple(through))
     return writes
+
+
+def _views_written(node) -> list[torch.fx.Node]:
+    """The chain of ``VIEW_SCATTERS`` views that ``node`` is (itself first, then the view it was taken from,
+    ...); empty where ``node`` is not such a view."""
+    chain = []
+    while isinstance(node, torch.fx.Node) and node.op == "call_function" and node.target in VIEW_SCATTERS:
+        chain.append(node)
+        node = node.args[0]
+    return chain
 
 
 def written_placeholders(graph_module: torch.fx.GraphModule, writers=None) -> dict[torch.fx.Node, set]:

@@ -1,5 +1,5 @@
 """Which conversions re-trace: ops that used to send the whole program through ``run_decompositions`` (F.pad,
-``detach_``, argsort, weight norm, in-place ops on temporaries, in-place cache writes) are lowered in the one graph walk, and
+``detach_``, argsort, weight norm, in-place ops on temporaries and through their views, in-place cache writes) are lowered in the one graph walk, and
 writes the walk cannot rebind (user inputs, aliases read after the write) still take the re-trace."""
 from __future__ import annotations
 
@@ -68,6 +68,19 @@ def _normalised_top_k(x):
     return values, indices
 
 
+def _masked_prefix(x):
+    mask = torch.ones_like(x)
+    mask[:, :3] = 0  # a write through a view of a temporary read afterwards (ViT-MAE, SAM)
+    return x * mask
+
+
+def _scaled_column(x):
+    y = x.clone()
+    y[:, 1:, 0] = y[:, 1:, 0] * 2  # through a slice, then a select
+    y.diagonal(dim1=1, dim2=2).zero_()
+    return y + 1
+
+
 class StaticCache(torch.nn.Module):
     """A decoder step writing a KV cache as transformers' StaticCache does: index_copy_ into a tensor that
     torch.export lifts as a constant, then attention over the whole cache."""
@@ -91,6 +104,8 @@ CASES = {
     "detach_": (_detached, (make((3, 4)),)),
     "chained_writes": (_chained_writes, (make((3, 4)),)),
     "copy_": (_fill_then_view, (make((3, 4)),)),
+    "write_through_a_view": (_masked_prefix, (make((2, 9)),)),
+    "writes_through_views_of_views": (_scaled_column, (make((2, 4, 4)),)),
     "write_to_one_result_of_several": (_normalised_top_k, (make((3, 5)),)),
     "argsort": (lambda x: (torch.argsort(x, -1), torch.argsort(x, dim=0, stable=True, descending=True)),
                 (make((3, 4)),)),

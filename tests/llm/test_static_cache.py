@@ -162,26 +162,44 @@ def test_an_out_of_range_write_is_never_clamped():
 
 
 class PartialWrite(torch.nn.Module):
-    def __init__(self, buffer: bool):
+    """Writes part of its state in place: through a slice (which the walk scatters back) or through a reshape
+    (which it cannot)."""
+
+    def __init__(self, buffer: bool, through_reshape: bool = False):
         super().__init__()
         if buffer:
             self.register_buffer("total", torch.zeros(4), persistent=False)
         else:
             self.total = torch.zeros(4)
+        self.through_reshape = through_reshape
 
     def forward(self, x):
-        self.total[:2].add_(x)
+        part = self.total.view(2, 2)[0] if self.through_reshape else self.total[:2]
+        part.add_(x)
         return self.total * 2
 
 
+@pytest.mark.parametrize("buffer", [True, False])
+def test_a_write_to_part_of_the_state_is_carried(buffer):
+    """A slice of a buffer or of a lifted constant written in place: scattered back into the state by the walk
+    and carried from call to call as ep.module() carries it."""
+    x = torch.ones(2)
+    program = torch.export.export(PartialWrite(buffer), (x,), strict=False)
+    artifact, eager = export_to_stablehlo(program), program.module()
+    for _ in range(3):
+        torch.testing.assert_close(artifact(x), eager(x))
+    torch.testing.assert_close(artifact.state["total"], torch.tensor([3.0, 3.0, 0.0, 0.0]))
+
+
 def test_a_write_the_walk_cannot_carry_is_an_error():
-    """A write to part of a lifted constant: the walk does not carry it and torch cannot functionalise it, so it
-    is refused naming the op and the constant; the same write to a buffer is carried (run_decompositions)."""
+    """A write to a lifted constant through a reshape: the walk does not carry it and torch cannot
+    functionalise it, so it is refused naming the op and the constant; the same write to a buffer is carried
+    (run_decompositions)."""
     x = torch.ones(2)
     with pytest.raises(LoweringError, match="writes part of the lifted constant 'total'"):
-        export_to_stablehlo(torch.export.export(PartialWrite(False), (x,), strict=False))
-    artifact = export_to_stablehlo(torch.export.export(PartialWrite(True), (x,), strict=False))
-    eager = PartialWrite(True)
+        export_to_stablehlo(torch.export.export(PartialWrite(False, through_reshape=True), (x,), strict=False))
+    artifact = export_to_stablehlo(torch.export.export(PartialWrite(True, through_reshape=True), (x,), strict=False))
+    eager = PartialWrite(True, through_reshape=True)
     for _ in range(3):
         torch.testing.assert_close(artifact(x), eager(x))
     torch.testing.assert_close(artifact.state["total"], eager.total)
