@@ -7,12 +7,14 @@ import functools
 
 import pytest
 import torch
+from jaxlib.mlir import ir
 from transformers import BartConfig, BartForConditionalGeneration, T5Config, T5ForConditionalGeneration
 from transformers.integrations.executorch import Seq2SeqLMExportableModule
 
 from torch_stablehlo import export_to_stablehlo, exporter, load_artifact
 from torch_stablehlo.exporter import InputError
 from torch_stablehlo.exporter.errors import DimensionError
+from torch_stablehlo.stablehlo_ir.mlir_context import make_context
 from torch_stablehlo.stablehlo_ir.op_counts import op_histogram
 from tests.exporter.test_generate import assert_generate_prefix
 
@@ -20,6 +22,7 @@ VOCAB = 128
 PROMPT = torch.tensor([[3, 17, 42, 9, 5, 77, 1]])
 NEW_TOKENS = 24
 CACHE = 32
+BART_BOS, BART_EOS = 0, 2
 
 
 def _t5(**generation):
@@ -32,7 +35,7 @@ def _t5(**generation):
 
 
 def _bart(**generation):
-    """BART's own generation defaults: decoder start = eos = forced eos = 2, pad 1."""
+    """BART's own generation defaults: decoder start = eos = forced eos = 2 (``BART_EOS``), pad 1."""
     torch.manual_seed(0)
     model = BartForConditionalGeneration(BartConfig(
         vocab_size=VOCAB, d_model=64, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
@@ -60,8 +63,10 @@ def padded_batch(pad: int):
 
 @functools.cache
 def _padded_artifact(family: str):
-    """The model (``no_repeat_ngram_size=2``), its padded batch and export_generate's artifact for it."""
-    model = {"t5": _t5, "bart": _bart}[family](no_repeat_ngram_size=2)
+    """The model (``no_repeat_ngram_size=2``; BART also forces its bos first, as bart-large-cnn's config does), its
+    padded batch and export_generate's artifact for it."""
+    generation = {"t5": {}, "bart": {"forced_bos_token_id": BART_BOS}}[family]
+    model = {"t5": _t5, "bart": _bart}[family](no_repeat_ngram_size=2, **generation)
     ids, mask = padded_batch(model.generation_config.pad_token_id)
     return model, ids, mask, exporter.export_generate(model, ids, max_new_tokens=NEW_TOKENS, attention_mask=mask)
 
@@ -106,7 +111,7 @@ def test_t5_one_artifact_takes_every_source_length_up_to_its_bound():
 @pytest.mark.parametrize("family", ["t5", "bart"])
 def test_padded_batch_is_token_exact_with_generate(family):
     """Right-padded sources of 9, 6 and 3 tokens: the encoder's mask, then cross-attention's; BART also forces
-    its eos at the last token (its forced_eos_token_id)."""
+    its bos first and its eos at the last token (forced_bos_token_id, forced_eos_token_id)."""
     model, ids, mask, art = _padded_artifact(family)
     ours = art(ids, attention_mask=mask)
     assert ours.shape == (3, 1 + NEW_TOKENS)
@@ -114,8 +119,41 @@ def test_padded_batch_is_token_exact_with_generate(family):
     assert_generate_prefix(ours, theirs, art.settings.pad_token_id)
     assert (ours[:, 0] == model.generation_config.decoder_start_token_id).all()
     assert all(len(set(row[1:].tolist())) > 4 for row in theirs), theirs
-    if family == "bart":  # rows 0 and 2 end early; row 1 runs to the last token, forced to be eos
-        assert ours[1, -1] == 2 and (ours[1, 1:-1] != 2).all(), ours
+    if family == "bart":  # the rows that reach the last token (one here) end with the forced eos
+        assert (ours[:, 1] == BART_BOS).all() and (ours[:, 2:] != BART_BOS).all(), ours
+        reaching = [row for row in ours.tolist() if BART_EOS not in row[1:-1]]
+        assert reaching and all(row[-1] == BART_EOS for row in reaching), ours
+
+
+def test_left_padding_is_token_exact_with_generate():
+    """The same sources left-padded, through the same artifact (the encoder's mask is any mask)."""
+    model, ids, mask, art = _padded_artifact("t5")
+    shifts = (mask == 0).sum(1)
+    left_ids = torch.stack([row.roll(int(shift)) for row, shift in zip(ids, shifts)])
+    left_mask = torch.stack([row.roll(int(shift)) for row, shift in zip(mask, shifts)])
+    assert (left_mask[:, -1] == 1).all() and (left_mask[:, 0] == torch.tensor([1, 0, 0])).all()
+    assert_generate_prefix(art(left_ids, attention_mask=left_mask), hf_generate(model, left_ids, left_mask),
+                           art.settings.pad_token_id)
+
+
+def _located(text: str, function: str, module_path: str) -> int:
+    """How many ops of ``function`` in the module ``text`` come from ``module_path`` (their location)."""
+    with make_context():
+        module = ir.Module.parse(text)
+        body = next(op for op in module.body.operations if ir.StringAttr(op.attributes["sym_name"]).value == function)
+        locations = []
+        body.operation.walk(lambda op: locations.append(str(op.location)) or ir.WalkResult.ADVANCE)
+    return sum(module_path in location for location in locations)
+
+
+@pytest.mark.parametrize("family, projections", [("t5", ("EncDecAttention.k/", "EncDecAttention.v/")),
+                                                 ("bart", ("encoder_attn.k_proj/", "encoder_attn.v_proj/"))])
+def test_cross_attention_keys_and_values_are_computed_once(family, projections):
+    """The prefill projects the encoder's output to each decoder layer's cross-attention keys and values; the
+    decode step (the loop's body) does not: it reads the carried ones."""
+    text = _padded_artifact(family)[3].stablehlo_text
+    assert all(_located(text, "prefill", p) > 0 for p in projections)
+    assert [_located(text, "decode", p) for p in projections] == [0, 0]
 
 
 def test_bundle_round_trip(tmp_path):
