@@ -31,6 +31,7 @@ from torch_stablehlo.stablehlo_ir.mlir_context import make_context
 
 from ..conversion.signature import InputSlot
 from ..formats.artifact import StableHLOArtifact
+from .settings import START_TOKENS
 
 STEP_SEEDS = 1 << 20  # per-step seeds: rng_seed * STEP_SEEDS + the step's cursor (cursors stay below this)
 
@@ -64,8 +65,8 @@ def compose(prefill: StableHLOArtifact, decode: StableHLOArtifact, max_new_token
             prompt_input: str | None = "input_ids") -> ComposedProgram:
     """The generate module over the two converted steps (see the module's docstring). ``@main`` takes the
     prefill's inputs; it returns the tokens up to ``max_new_tokens`` after the decoder's prompt, which is the user
-    input ``prompt_input`` (a causal LM's prompt: its columns start the tokens) or, with ``None``, one column (an
-    encoder-decoder's start token)."""
+    input ``prompt_input`` (a causal LM's prompt: its columns start the tokens) or, with ``None``, an
+    encoder-decoder's start token (``START_TOKENS`` columns)."""
     steps = {"prefill": prefill, "decode": decode}
     weight_slots, weights, taken = merged_weights(steps)
     sampling = prefill.signature.takes_rng_seed or decode.signature.takes_rng_seed
@@ -81,7 +82,7 @@ def compose(prefill: StableHLOArtifact, decode: StableHLOArtifact, max_new_token
         seed_types = [ir.RankedTensorType.get([], ir.IntegerType.get_signless(64))] if sampling else []
         names = [s.name for s in weight_slots] + inputs + (["rng_seed"] if sampling else [])
         batch = ir.RankedTensorType(input_types[0]).shape[0]
-        columns = ir.ShapedType.get_dynamic_size() if prompt_input else 1 + max_new_tokens
+        columns = ir.ShapedType.get_dynamic_size() if prompt_input else START_TOKENS + max_new_tokens
         result = ir.RankedTensorType.get([batch, columns], ir.IntegerType.get_signless(64))
         with ir.InsertionPoint.at_block_begin(module.body):
             main = func.FuncOp("main", ([weight_types[s.target] for s in weight_slots] + input_types + seed_types,

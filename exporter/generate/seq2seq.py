@@ -12,7 +12,7 @@ from ..errors import InputError
 from .compose import compose
 from .program import GenerateArtifact, check_tokens, generate_signature, traced_inputs
 from .seq2seq_steps import CarriedShapes, Seq2SeqDecode, Seq2SeqPrefill, carried_shapes
-from .settings import CACHE_ROUNDING, GenerationSettings, resolve_settings
+from .settings import CACHE_ROUNDING, START_TOKENS, GenerationSettings, resolve_settings
 from .steps import carried_shape
 
 SOURCE_DIM = "source"
@@ -58,7 +58,7 @@ def export_seq2seq_generate(model, input_ids: torch.Tensor, max_new_tokens: int,
                                  _decode_example(model, shapes, resolved), dynamic_shapes=_decode_dims(shapes, source))
     program = compose(prefill, decode, resolved.max_new_tokens, prompt_input=None)
     signature = generate_signature(program.weight_slots, input_ids.shape[0], resolved, SOURCE_DIM, max_source_len,
-                                   1 + resolved.max_new_tokens)
+                                   START_TOKENS + resolved.max_new_tokens)
     return Seq2SeqGenerateArtifact(program.stablehlo_text, signature, program.weights, resolved)
 
 

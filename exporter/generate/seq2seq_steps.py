@@ -19,7 +19,7 @@ from typing import NamedTuple
 import torch
 from transformers.cache_utils import Cache, DynamicLayer, EncoderDecoderCache
 
-from .settings import GenerationSettings
+from .settings import START_TOKENS, GenerationSettings
 from .steps import CarriedLayer, Step, carried_shape
 
 
@@ -98,13 +98,15 @@ class Seq2SeqPrefill(Seq2SeqStep):
         settings = self.settings
         hidden = self.model.get_encoder()(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
         batch, device = input_ids.shape[0], input_ids.device
-        start = torch.full((batch, 1), settings.decoder_start_token_id, dtype=torch.int64, device=device)
-        tokens = torch.cat([start, torch.full((batch, settings.max_cache_len - 1), settings.pad_token_id,
-                                              dtype=torch.int64, device=device)], 1)
+        start = torch.full((batch, START_TOKENS), settings.decoder_start_token_id, dtype=torch.int64, device=device)
+        after = torch.full((batch, settings.max_cache_len - START_TOKENS), settings.pad_token_id, dtype=torch.int64,
+                           device=device)
+        tokens = torch.cat([start, after], 1)
         zeros = [torch.zeros(carried_shape(shape), dtype=hidden.dtype, device=device) for shape in self.cache_shapes]
         offset = torch.zeros((), dtype=torch.int64, device=device)
         logits, caches, cross = self.run_decoder(start, offset, zeros, [], hidden, attention_mask)
-        state = self.choose(logits, tokens, offset + 1, 1, torch.zeros(batch, dtype=torch.bool, device=device))
+        done = torch.zeros(batch, dtype=torch.bool, device=device)
+        state = self.choose(logits, tokens, offset + START_TOKENS, START_TOKENS, done)
         return {**state, "caches": caches, "cross": cross, "hidden": hidden, "source_mask": attention_mask}
 
 
@@ -114,5 +116,5 @@ class Seq2SeqDecode(Seq2SeqStep):
     def forward(self, tokens, cursor, done, caches, cross, hidden, source_mask):
         input_ids = tokens.index_select(1, cursor.reshape(1))
         logits, caches, _ = self.run_decoder(input_ids, cursor, caches, cross, hidden, source_mask)
-        state = self.choose(logits, tokens, cursor + 1, 1, done)
+        state = self.choose(logits, tokens, cursor + 1, START_TOKENS, done)
         return {**state, "caches": caches}

@@ -24,6 +24,7 @@ REFUSED = {"num_beams": 1, "num_return_sequences": 1, "penalty_alpha": None, "do
 
 CACHE_ROUNDING = 64  # max_cache_len=None: the example prompt + max_new_tokens, rounded up to a multiple of this
 TRACED_PROMPT_LEN = 2  # the shortest prompt the prefill is traced with (torch.export fixes a dim of size 1)
+START_TOKENS = 1  # an encoder-decoder's decoder prompt: its start token, at column 0
 
 
 @dataclass(frozen=True)
@@ -65,7 +66,7 @@ def resolve_settings(generation_config, prompt_len: int, vocab_size: int, *, max
                          f"set them to None on model.generation_config (it honours {', '.join(HONOURED)})")
     if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be a positive int, got {max_new_tokens!r}")
-    max_cache_len = _cache_len(1 if encoder_decoder else prompt_len, max_new_tokens, max_cache_len, encoder_decoder)
+    max_cache_len = _cache_len(prompt_len, max_new_tokens, max_cache_len, encoder_decoder)
     eos = _token_ids(eos_token_id if eos_token_id is not None else generation_config.eos_token_id)
     pad = pad_token_id if pad_token_id is not None else generation_config.pad_token_id
     if pad is None:  # as model.generate: the first eos pads the rows that have finished
@@ -96,7 +97,7 @@ def _cache_len(prompt_len: int, max_new_tokens: int, max_cache_len, encoder_deco
     """The decoder cache's columns: the decoder's prompt (a decoder-only model's prompt, at least the traced one;
     an encoder-decoder's start token) and the new tokens; ``None``: that, rounded up to a multiple of
     ``CACHE_ROUNDING`` for decoder-only models (their prompts vary), exactly that for encoder-decoders."""
-    prompt = prompt_len if encoder_decoder else max(prompt_len, TRACED_PROMPT_LEN)
+    prompt = START_TOKENS if encoder_decoder else max(prompt_len, TRACED_PROMPT_LEN)
     room = prompt + max_new_tokens
     if max_cache_len is None:
         return room if encoder_decoder else math.ceil(room / CACHE_ROUNDING) * CACHE_ROUNDING
