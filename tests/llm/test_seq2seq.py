@@ -1,15 +1,17 @@
-"""Encoder-decoders: transformers' own recipe (``Seq2SeqLMExportableModule``, T5) through our artifacts, and
-``export_generate`` of T5 and BART, token-exact with ``model.generate(do_sample=False)``. Tiny models from configs
-with seeded random weights (no downloads), scaled so that greedy decoding does not settle on one token at once
-(T5's ``initializer_factor``, BART's ``init_std``); the padded batches also set ``no_repeat_ngram_size``, so that
-no row repeats one token and each choice reads more of the logits than their maximum."""
+"""Encoder-decoders: transformers' own recipe (``Seq2SeqLMExportableModule``, T5; exported strict and non-strict)
+through our artifacts, and ``export_generate`` of T5 and BART, token-exact with ``model.generate(do_sample=False)``.
+Tiny models from configs with seeded random weights (no downloads), scaled so that greedy decoding does not settle
+on one token at once (T5's ``initializer_factor``, BART's ``init_std``); the padded batches also set
+``no_repeat_ngram_size``, so that no row repeats one token and each choice reads more of the logits than their
+maximum."""
 import functools
 
 import pytest
 import torch
 from jaxlib.mlir import ir
 from transformers import BartConfig, BartForConditionalGeneration, T5Config, T5ForConditionalGeneration
-from transformers.integrations.executorch import Seq2SeqLMExportableModule
+from transformers.integrations.executorch import (Seq2SeqLMDecoderExportableModuleWithStaticCache,
+                                                  Seq2SeqLMEncoderExportableModule, Seq2SeqLMExportableModule)
 
 from torch_stablehlo import export_to_stablehlo, exporter, load_artifact
 from torch_stablehlo.exporter import InputError
@@ -71,15 +73,31 @@ def _padded_artifact(family: str):
     return model, ids, mask, exporter.export_generate(model, ids, max_new_tokens=NEW_TOKENS, attention_mask=mask)
 
 
-def test_recipe_decodes_like_generate(tmp_path):
+def _recipe_programs(model, strict: bool):
+    """The recipe's encoder and decoder programs: its own ``export`` (strict=True: the decoder's caches are
+    buffers), or ``torch.export.export`` over its wrapper modules as a user would call it (strict=False: the
+    caches are lifted constants written in place)."""
+    if strict:
+        recipe = Seq2SeqLMExportableModule(model, max_hidden_seq_length=16, max_cache_length=CACHE).export(PROMPT)
+        return recipe.exported_encoder, recipe.exported_decoder
+    source = torch.export.Dim("source", max=16)
+    encoder = Seq2SeqLMEncoderExportableModule(model.get_encoder()).eval()
+    decoder = Seq2SeqLMDecoderExportableModuleWithStaticCache(model, CACHE, 1).eval()
+    example = (torch.tensor([[0]]), torch.zeros(1, PROMPT.shape[1], model.config.d_model), torch.tensor([0]))
+    with torch.no_grad():
+        return (torch.export.export(encoder, (PROMPT,), dynamic_shapes=({1: source},), strict=False),
+                torch.export.export(decoder, example, dynamic_shapes=(None, {1: source}, None), strict=False))
+
+
+@pytest.mark.parametrize("strict", [True, False], ids=["strict", "non_strict"])
+def test_recipe_decodes_like_generate(strict, tmp_path):
     """The recipe's encoder and decoder programs (the decoder's static cache is state), decoded as its runner
     does (the start token 0, each greedy token fed back at the next position): generate's 24 tokens, directly
     and through a bundle of the decoder."""
     model = _t5(eos_token_id=None)  # the runner loop never stops early
     expected = hf_generate(model, PROMPT)[0].tolist()
     assert len(set(expected)) > 8, expected
-    recipe = Seq2SeqLMExportableModule(model, max_hidden_seq_length=16, max_cache_length=CACHE).export(PROMPT)
-    encoder, decoder = export_to_stablehlo(recipe.exported_encoder), export_to_stablehlo(recipe.exported_decoder)
+    encoder, decoder = (export_to_stablehlo(program) for program in _recipe_programs(model, strict))
     caches = [s for s in decoder.signature.state if len(s.tensor.shape) == 4]
     assert len(caches) == 4 and all(s.tensor.shape[2] == CACHE for s in caches), decoder.signature
 
