@@ -6,6 +6,7 @@ on one token at once (T5's ``initializer_factor``, BART's ``init_std``); the pad
 maximum."""
 import functools
 
+import numpy as np
 import pytest
 import torch
 from jaxlib.mlir import ir
@@ -179,6 +180,14 @@ def test_bundle_round_trip(tmp_path):
     loaded = load_artifact(art.save(tmp_path / "bart"))
     torch.testing.assert_close(loaded(input_ids=ids, attention_mask=mask), art(ids, attention_mask=mask),
                                rtol=0, atol=0)
+
+
+def test_jax_handoff_generates_the_same_tokens():
+    """The source's length is dynamic there too: the batch's first 5 columns (exported with 9)."""
+    _, ids, mask, art = _padded_artifact("bart")
+    source, source_mask = ids[:, :5], mask[:, :5]
+    np.testing.assert_array_equal(np.asarray(art.to_jax()(source.numpy(), attention_mask=source_mask.numpy())),
+                                  art(source, attention_mask=source_mask).numpy())
 
 
 def test_module_size_does_not_grow_with_max_new_tokens():
