@@ -162,6 +162,7 @@ class Signature:
         """The tensor leaves of ``(args, kwargs)`` in ``@main`` order, after checking the structure
         and that every non-tensor input has the value export specialised it to."""
         in_spec = self.tree("in_spec")
+        args, kwargs = self._bound_by_name(args, kwargs, in_spec)
         expected_positional = in_spec.child(0).num_children
         if len(args) != expected_positional:
             raise InputError(f"expected {expected_positional} positional input(s), got {len(args)} "
@@ -181,6 +182,18 @@ class Signature:
             if slot.tensor is None and value != slot.value:
                 raise InputError(f"input '{slot.name}' was specialised to {slot.value!r} at export; got {value!r}")
         return [value for slot, value in zip(self.user_inputs, flat) if slot.tensor is not None]
+
+    def _bound_by_name(self, args: tuple, kwargs: dict, in_spec) -> tuple[tuple, dict]:
+        """``(args, kwargs)`` with the positional inputs missing from ``args`` taken from ``kwargs`` by name, as a
+        Python call binds them (``art(input_ids=ids)`` for ``forward(self, input_ids)``); only where every
+        positional input is one leaf, named as its slot."""
+        positional = in_spec.child(0)
+        names = [s.name for s in self.user_inputs[:positional.num_children]][len(args):]
+        leaves = all(positional.child(i).is_leaf() for i in range(positional.num_children))
+        if not names or not leaves or not all(name in kwargs for name in names):
+            return args, kwargs
+        rest = {key: value for key, value in kwargs.items() if key not in names}
+        return (*args, *(kwargs[name] for name in names)), rest
 
     def output_values(self, results: list) -> list:
         """``@main``'s results, one per ``main_outputs`` slot, in the slot's dtype (``stablehlo_ir.dtypes.CARRIED``);

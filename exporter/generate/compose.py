@@ -1,12 +1,15 @@
 """The generate module: ``@main`` calls the converted prefill, then one ``stablehlo.while`` whose body calls the
-converted decode step while a step is due, and returns the tokens up to the prompt plus ``max_new_tokens``.
+converted decode step while a step is due, and returns the tokens up to the decoder's prompt plus ``max_new_tokens``.
 
-The two steps are artifacts of ``export_to_stablehlo`` (``steps.Prefill``, ``steps.Decode``); their functions are
+The two steps are artifacts of ``export_to_stablehlo`` (a causal LM's ``steps.Prefill`` and ``steps.Decode``, an
+encoder-decoder's ``seq2seq_steps.Seq2SeqPrefill`` and ``Seq2SeqDecode``); ``@main`` takes the prefill's inputs,
+and the decode step takes, by name, what the prefill returns. Their functions are
 moved into one module, private. Their weights become ``@main``'s leading arguments once each: parameters and
 buffers are shared by name (the same model's tensors), each step's lifted constants stay its own
 (``prefill.lifted_tensor_0``). The loop carries every value the prefill returns (the state ``steps`` describes),
-by the names the steps give them; it adds nothing of its own, so the module's size does not depend on
-``max_new_tokens``.
+by the names the steps give them (what the decode step does not return, such as an encoder-decoder's
+cross-attention keys and values, is carried unchanged); it adds nothing of its own, so the module's size does not
+depend on ``max_new_tokens``.
 The decode step's cache writes (one column, a scatter that XLA makes an in-place update slice) update the
 carried cache in place: the step is called once per iteration and the cache is carried in the form attention
 reads (``steps.CarriedLayer``), so no copy of it is made.
@@ -28,6 +31,7 @@ from torch_stablehlo.stablehlo_ir.mlir_context import make_context
 
 from ..conversion.signature import InputSlot
 from ..formats.artifact import StableHLOArtifact
+from .settings import START_TOKENS
 
 STEP_SEEDS = 1 << 20  # per-step seeds: rng_seed * STEP_SEEDS + the step's cursor (cursors stay below this)
 
@@ -57,11 +61,16 @@ def merged_weights(steps: dict[str, StableHLOArtifact]) -> tuple[list[InputSlot]
     return list(slots.values()), weights, taken
 
 
-def compose(prefill: StableHLOArtifact, decode: StableHLOArtifact, max_new_tokens: int) -> ComposedProgram:
-    """The generate module over the two converted steps (see the module's docstring)."""
+def compose(prefill: StableHLOArtifact, decode: StableHLOArtifact, max_new_tokens: int,
+            prompt_input: str | None = "input_ids") -> ComposedProgram:
+    """The generate module over the two converted steps (see the module's docstring). ``@main`` takes the
+    prefill's inputs; it returns the tokens up to ``max_new_tokens`` after the decoder's prompt, which is the user
+    input ``prompt_input`` (a causal LM's prompt: its columns start the tokens) or, with ``None``, an
+    encoder-decoder's start token (``START_TOKENS`` columns)."""
     steps = {"prefill": prefill, "decode": decode}
     weight_slots, weights, taken = merged_weights(steps)
     sampling = prefill.signature.takes_rng_seed or decode.signature.takes_rng_seed
+    inputs = [s.tensor.name for s in prefill.signature.user_inputs]
     with make_context(), ir.Location.unknown():
         module = ir.Module.create()
         functions = {step: move_functions(ir.Module.parse(a.stablehlo_text), step, module.body)
@@ -69,19 +78,20 @@ def compose(prefill: StableHLOArtifact, decode: StableHLOArtifact, max_new_token
         argument_types = {step: ir.FunctionType(ir.TypeAttr(f.attributes["function_type"]).value).inputs
                           for step, f in functions.items()}
         weight_types = {t: ty for step in steps for t, ty in zip(taken[step], argument_types[step])}
-        prompt_types = argument_types["prefill"][len(taken["prefill"]):][:2]  # input_ids, attention_mask
+        input_types = argument_types["prefill"][len(taken["prefill"]):][:len(inputs)]
         seed_types = [ir.RankedTensorType.get([], ir.IntegerType.get_signless(64))] if sampling else []
-        names = [s.name for s in weight_slots] + ["input_ids", "attention_mask"] + (["rng_seed"] if sampling else [])
-        batch = ir.RankedTensorType(prompt_types[0]).shape[0]
-        result = ir.RankedTensorType.get([batch, ir.ShapedType.get_dynamic_size()], ir.IntegerType.get_signless(64))
+        names = [s.name for s in weight_slots] + inputs + (["rng_seed"] if sampling else [])
+        batch = ir.RankedTensorType(input_types[0]).shape[0]
+        columns = ir.ShapedType.get_dynamic_size() if prompt_input else START_TOKENS + max_new_tokens
+        result = ir.RankedTensorType.get([batch, columns], ir.IntegerType.get_signless(64))
         with ir.InsertionPoint.at_block_begin(module.body):
-            main = func.FuncOp("main", ([weight_types[s.target] for s in weight_slots] + prompt_types + seed_types,
+            main = func.FuncOp("main", ([weight_types[s.target] for s in weight_slots] + input_types + seed_types,
                                         [result]))
             main.attributes["sym_visibility"] = ir.StringAttr.get("public")
             block = main.add_entry_block(arg_locs=[ir.Location.name(n) for n in names])
         arguments = dict(zip(names, block.arguments))
         with ir.InsertionPoint(block):
-            _GenerateMain(steps, functions, taken, arguments).emit(max_new_tokens)
+            _GenerateMain(steps, functions, taken, arguments).emit(inputs, max_new_tokens, prompt_input, result)
         text = module.operation.get_asm(enable_debug_info=True)
     return ComposedProgram(text, weight_slots, weights)
 
@@ -107,9 +117,8 @@ class _GenerateMain:
         seed = stablehlo.multiply(self.arguments["rng_seed"], constant(STEP_SEEDS, RNG_SEED_DTYPE))
         return seed if cursor is None else stablehlo.add(seed, cursor)
 
-    def emit(self, max_new_tokens: int) -> None:
-        prompt = {"input_ids": self.arguments["input_ids"], "attention_mask": self.arguments["attention_mask"]}
-        first = self.call("prefill", prompt, None)
+    def emit(self, inputs: list[str], max_new_tokens: int, prompt_input: str | None, result: ir.Type) -> None:
+        first = self.call("prefill", {name: self.arguments[name] for name in inputs}, None)
         names = list(first)  # the state, the caches, then padding and prompt_len (passed through unchanged)
 
         def body(*values):
@@ -119,21 +128,23 @@ class _GenerateMain:
 
         final = dict(zip(names, while_loop([first[name] for name in names],
                                            lambda *values: values[names.index("going")], body)))
-        self.emit_return(final["tokens"], max_new_tokens)
+        tokens = final["tokens"]
+        if prompt_input is None:
+            func.ReturnOp([stablehlo.slice(tokens, [0, 0], list(ir.RankedTensorType(result).shape), [1, 1])])
+        else:
+            func.ReturnOp([self.after_prompt(tokens, self.arguments[prompt_input], max_new_tokens, result)])
 
-    def emit_return(self, tokens: ir.Value, max_new_tokens: int) -> None:
-        """Return ``tokens[:, :prompt + max_new_tokens]``."""
+    @staticmethod
+    def after_prompt(tokens: ir.Value, prompt: ir.Value, max_new_tokens: int, result: ir.Type) -> ir.Value:
+        """``tokens[:, :prompt's columns + max_new_tokens]``."""
         i64 = torch.int64
-        prompt = stablehlo.convert(ir.RankedTensorType.get([1], ir.IntegerType.get_signless(64)),
-                                   stablehlo.reshape(ir.RankedTensorType.get([1], ir.IntegerType.get_signless(32)),
-                                                     stablehlo.get_dimension_size(self.arguments["input_ids"], 1)))
+        columns = stablehlo.convert(ir.RankedTensorType.get([1], ir.IntegerType.get_signless(64)),
+                                    stablehlo.reshape(ir.RankedTensorType.get([1], ir.IntegerType.get_signless(32)),
+                                                      stablehlo.get_dimension_size(prompt, 1)))
         batch = ir.RankedTensorType(tokens.type).shape[0]
         limit = stablehlo.concatenate([constant(batch, i64, [1]),
-                                       stablehlo.add(prompt, constant(max_new_tokens, i64, [1]))], 0)
-        element = ir.RankedTensorType(tokens.type).element_type
-        result = ir.RankedTensorType.get([batch, ir.ShapedType.get_dynamic_size()], element)
-        sliced = stablehlo.real_dynamic_slice(result, tokens, constant(0, i64, [2]), limit, constant(1, i64, [2]))
-        func.ReturnOp([sliced])
+                                       stablehlo.add(columns, constant(max_new_tokens, i64, [1]))], 0)
+        return stablehlo.real_dynamic_slice(result, tokens, constant(0, i64, [2]), limit, constant(1, i64, [2]))
 
 
 def _output_name(input_name: str) -> str:

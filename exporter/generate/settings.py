@@ -12,18 +12,19 @@ from dataclasses import dataclass
 
 # generation_config settings that change the tokens, with the value that changes nothing (None: unset)
 HONOURED = {"eos_token_id": None, "pad_token_id": None, "min_new_tokens": None, "min_length": None,
-            "repetition_penalty": 1.0, "no_repeat_ngram_size": 0, "bad_words_ids": None, "suppress_tokens": None}
+            "repetition_penalty": 1.0, "no_repeat_ngram_size": 0, "bad_words_ids": None, "suppress_tokens": None,
+            "forced_bos_token_id": None, "forced_eos_token_id": None, "decoder_start_token_id": None}
 REFUSED = {"num_beams": 1, "num_return_sequences": 1, "penalty_alpha": None, "dola_layers": None,
            "guidance_scale": 1.0, "sequence_bias": None, "encoder_repetition_penalty": 1.0,
-           "encoder_no_repeat_ngram_size": 0, "forced_bos_token_id": None, "forced_eos_token_id": None,
-           "begin_suppress_tokens": None, "exponential_decay_length_penalty": None, "watermarking_config": None,
-           "stop_strings": None, "max_time": None, "force_words_ids": None, "constraints": None,
-           "diversity_penalty": 0.0, "num_beam_groups": 1, "min_p": None, "typical_p": 1.0, "epsilon_cutoff": 0.0,
-           "eta_cutoff": 0.0, "top_h": None, "renormalize_logits": False, "remove_invalid_values": False,
-           "prompt_lookup_num_tokens": None, "use_mtp": False, "token_healing": False}
+           "encoder_no_repeat_ngram_size": 0, "begin_suppress_tokens": None, "exponential_decay_length_penalty": None,
+           "watermarking_config": None, "stop_strings": None, "max_time": None, "force_words_ids": None,
+           "constraints": None, "diversity_penalty": 0.0, "num_beam_groups": 1, "min_p": None, "typical_p": 1.0,
+           "epsilon_cutoff": 0.0, "eta_cutoff": 0.0, "top_h": None, "renormalize_logits": False,
+           "remove_invalid_values": False, "prompt_lookup_num_tokens": None, "use_mtp": False, "token_healing": False}
 
 CACHE_ROUNDING = 64  # max_cache_len=None: the example prompt + max_new_tokens, rounded up to a multiple of this
 TRACED_PROMPT_LEN = 2  # the shortest prompt the prefill is traced with (torch.export fixes a dim of size 1)
+START_TOKENS = 1  # an encoder-decoder's decoder prompt: its start token, at column 0
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,9 @@ class GenerationSettings:
     no_repeat_ngram_size: int = 0
     bad_words_ids: tuple[tuple[int, ...], ...] = ()
     suppress_tokens: tuple[int, ...] = ()
+    forced_bos_token_id: int | None = None
+    forced_eos_token_ids: tuple[int, ...] = ()
+    decoder_start_token_id: int | None = None  # an encoder-decoder's first decoder token (None: decoder-only)
     do_sample: bool = False
     temperature: float = 1.0
     top_k: int | None = None
@@ -51,9 +55,10 @@ class GenerationSettings:
 
 
 def resolve_settings(generation_config, prompt_len: int, vocab_size: int, *, max_new_tokens: int, max_cache_len,
-                     do_sample: bool, temperature: float, top_k, top_p, eos_token_id,
-                     pad_token_id) -> GenerationSettings:
-    """The settings of one generate program; raises ValueError naming each refused or impossible setting."""
+                     do_sample: bool, temperature: float, top_k, top_p, eos_token_id, pad_token_id,
+                     encoder_decoder: bool = False) -> GenerationSettings:
+    """The settings of one generate program; raises ValueError naming each refused or impossible setting.
+    ``encoder_decoder``: the decoder starts from ``decoder_start_token_id`` alone (``prompt_len`` is the source's)."""
     refused = [f"{name}={getattr(generation_config, name)!r}" for name, neutral in REFUSED.items()
                if getattr(generation_config, name, None) not in (None, neutral)]
     if refused:
@@ -61,17 +66,50 @@ def resolve_settings(generation_config, prompt_len: int, vocab_size: int, *, max
                          f"set them to None on model.generation_config (it honours {', '.join(HONOURED)})")
     if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be a positive int, got {max_new_tokens!r}")
-    room = max(prompt_len, TRACED_PROMPT_LEN) + max_new_tokens
-    if max_cache_len is None:
-        max_cache_len = math.ceil(room / CACHE_ROUNDING) * CACHE_ROUNDING
-    if max_cache_len < room:
-        raise ValueError(f"max_cache_len={max_cache_len} cannot hold a prompt of {max(prompt_len, TRACED_PROMPT_LEN)} "
-                         f"tokens (the example's, and at least {TRACED_PROMPT_LEN}) and max_new_tokens={max_new_tokens}; "
-                         f"give at least {room}")
+    max_cache_len = _cache_len(prompt_len, max_new_tokens, max_cache_len, encoder_decoder)
     eos = _token_ids(eos_token_id if eos_token_id is not None else generation_config.eos_token_id)
     pad = pad_token_id if pad_token_id is not None else generation_config.pad_token_id
     if pad is None:  # as model.generate: the first eos pads the rows that have finished
         pad = eos[0] if eos else 0
+    _check_sampling(do_sample, temperature, top_k, top_p)
+    start = _decoder_start(generation_config) if encoder_decoder else None
+    bad_words = tuple(tuple(int(t) for t in word) for word in (generation_config.bad_words_ids or ())
+                      if list(word) not in [[e] for e in eos])  # as transformers: a lone eos is never banned
+    forced_bos, forced_eos = generation_config.forced_bos_token_id, _token_ids(generation_config.forced_eos_token_id)
+    ids = [*eos, int(pad), *(t for word in bad_words for t in word), *(generation_config.suppress_tokens or ()),
+           *([] if forced_bos is None else [forced_bos]), *forced_eos, *([] if start is None else [start])]
+    outside = sorted({t for t in ids if not 0 <= t < vocab_size})
+    if outside:
+        raise ValueError(f"token id(s) {outside} (eos, pad, bad words, suppressed, forced or decoder start tokens) "
+                         f"are outside the vocabulary of {vocab_size}")
+    return GenerationSettings(
+        max_new_tokens=max_new_tokens, max_cache_len=max_cache_len, eos_token_ids=eos, pad_token_id=int(pad),
+        min_new_tokens=int(generation_config.min_new_tokens or 0), min_length=int(generation_config.min_length or 0),
+        repetition_penalty=float(generation_config.repetition_penalty or 1.0),
+        no_repeat_ngram_size=int(generation_config.no_repeat_ngram_size or 0), bad_words_ids=bad_words,
+        suppress_tokens=tuple(int(t) for t in generation_config.suppress_tokens or ()),
+        forced_bos_token_id=None if forced_bos is None else int(forced_bos), forced_eos_token_ids=forced_eos,
+        decoder_start_token_id=start, do_sample=bool(do_sample), temperature=float(temperature), top_k=top_k,
+        top_p=top_p)
+
+
+def _cache_len(prompt_len: int, max_new_tokens: int, max_cache_len, encoder_decoder: bool) -> int:
+    """The decoder cache's columns: the decoder's prompt (a decoder-only model's prompt, at least the traced one;
+    an encoder-decoder's start token) and the new tokens; ``None``: that, rounded up to a multiple of
+    ``CACHE_ROUNDING`` for decoder-only models (their prompts vary), exactly that for encoder-decoders."""
+    prompt = START_TOKENS if encoder_decoder else max(prompt_len, TRACED_PROMPT_LEN)
+    room = prompt + max_new_tokens
+    if max_cache_len is None:
+        return room if encoder_decoder else math.ceil(room / CACHE_ROUNDING) * CACHE_ROUNDING
+    if max_cache_len < room:
+        held = ("the decoder start token" if encoder_decoder
+                else f"a prompt of {prompt} tokens (the example's, and at least {TRACED_PROMPT_LEN})")
+        raise ValueError(f"max_cache_len={max_cache_len} cannot hold {held} and max_new_tokens={max_new_tokens}; "
+                         f"give at least {room}")
+    return int(max_cache_len)
+
+
+def _check_sampling(do_sample: bool, temperature: float, top_k, top_p) -> None:
     if do_sample:
         if not temperature > 0:
             raise ValueError(f"temperature must be > 0 when sampling, got {temperature!r}")
@@ -82,20 +120,19 @@ def resolve_settings(generation_config, prompt_len: int, vocab_size: int, *, max
     elif (temperature, top_k, top_p) != (1.0, None, None):
         raise ValueError(f"temperature={temperature!r}, top_k={top_k!r}, top_p={top_p!r} only apply when sampling: "
                          "pass do_sample=True, or leave them at 1.0, None, None for greedy decoding")
-    bad_words = tuple(tuple(int(t) for t in word) for word in (generation_config.bad_words_ids or ())
-                      if list(word) not in [[e] for e in eos])  # as transformers: a lone eos is never banned
-    ids = [*eos, int(pad), *(t for word in bad_words for t in word), *(generation_config.suppress_tokens or ())]
-    outside = sorted({t for t in ids if not 0 <= t < vocab_size})
-    if outside:
-        raise ValueError(f"token id(s) {outside} (eos, pad, bad words or suppressed tokens) are outside the "
-                         f"vocabulary of {vocab_size}")
-    return GenerationSettings(
-        max_new_tokens=max_new_tokens, max_cache_len=int(max_cache_len), eos_token_ids=eos, pad_token_id=int(pad),
-        min_new_tokens=int(generation_config.min_new_tokens or 0), min_length=int(generation_config.min_length or 0),
-        repetition_penalty=float(generation_config.repetition_penalty or 1.0),
-        no_repeat_ngram_size=int(generation_config.no_repeat_ngram_size or 0), bad_words_ids=bad_words,
-        suppress_tokens=tuple(int(t) for t in generation_config.suppress_tokens or ()), do_sample=bool(do_sample),
-        temperature=float(temperature), top_k=top_k, top_p=top_p)
+
+
+def _decoder_start(generation_config) -> int:
+    """An encoder-decoder's first decoder token, as ``model.generate`` picks it."""
+    start = generation_config.decoder_start_token_id
+    if start is None:
+        start = generation_config.bos_token_id
+    if start is None:
+        raise ValueError("an encoder-decoder needs generation_config.decoder_start_token_id (or bos_token_id): the "
+                         "token its decoder starts from")
+    if isinstance(start, (list, tuple)):
+        raise ValueError(f"decoder_start_token_id={start!r}: one start token per row is not implemented; give one id")
+    return int(start)
 
 
 def _token_ids(value) -> tuple[int, ...]:

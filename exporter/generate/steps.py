@@ -88,22 +88,13 @@ def _per_layer(value, layers: int) -> list[int]:
 
 
 class Step(torch.nn.Module):
-    """The model run on some tokens at some cache columns, then the next token chosen as ``generate`` would."""
+    """A step of the loop: the model run on some tokens (the subclass's), then the next token chosen as ``generate``
+    would (``choose``)."""
 
     def __init__(self, model, settings: GenerationSettings):
         super().__init__()
         self.model = model
         self.settings = settings
-
-    def run_model(self, input_ids, padding, positions, offset, caches):
-        """Last-position logits (float32) and the new caches, for ``input_ids`` written at columns ``offset``, ..."""
-        heads = _per_layer(get_head_shapes(self.model.config.get_text_config(decoder=True))[0], len(caches) // 2)
-        layers = [CarriedLayer(caches[2 * i], caches[2 * i + 1], offset, input_ids.shape[0], heads[i])
-                  for i in range(len(caches) // 2)]
-        cache = Cache(layers=layers)
-        logits = self.model(input_ids=input_ids, attention_mask=padding, position_ids=positions, cache=cache,
-                            use_cache=True, logits_to_keep=1).logits[:, -1].float()
-        return logits, [t for layer in layers for t in (layer.carried_keys, layer.carried_values)]
 
     def choose(self, logits, tokens, column, prompt_len, done) -> dict:
         """Write the token for ``column`` (chosen from ``logits``; pad where the row is done) into ``tokens``; the
@@ -117,10 +108,9 @@ class Step(torch.nn.Module):
         pad = torch.full_like(chosen, settings.pad_token_id)
         chosen = torch.where(done, pad, chosen)
         if settings.eos_token_ids:
-            done = done | torch.isin(chosen, torch.tensor(settings.eos_token_ids, device=chosen.device))
+            done = done | one_of(chosen, settings.eos_token_ids)
         tokens = tokens.index_copy(1, column.reshape(1), chosen.unsqueeze(1))
-        last = prompt_len + settings.max_new_tokens - 1  # the column of the last new token
-        going = (column < last) & ~done.all()
+        going = (column < self.last_column(prompt_len)) & ~done.all()
         return {"tokens": tokens, "cursor": column, "done": done, "going": going}
 
     def processed(self, logits, tokens, column, prompt_len):
@@ -137,19 +127,44 @@ class Step(torch.nn.Module):
         if settings.no_repeat_ngram_size:
             scores = scores.masked_fill(repeated_ngram_ends(tokens, column, settings.no_repeat_ngram_size,
                                                             scores.shape[1]), float("-inf"))
-        banned = [word[-1] for word in settings.bad_words_ids if len(word) == 1] + list(settings.suppress_tokens)
+        banned = [word[-1] for word in settings.bad_words_ids if len(word) == 1]
         if banned:
-            scores = scores.index_fill(1, torch.tensor(banned, device=scores.device), float("-inf"))
+            scores = scores.masked_fill(in_vocabulary(scores, banned), float("-inf"))
         for word in (w for w in settings.bad_words_ids if len(w) > 1):
             follows = suffix_is(tokens, column, word[:-1]).unsqueeze(1)
             only = torch.arange(scores.shape[1], device=scores.device) == word[-1]
             scores = scores.masked_fill(follows & only, float("-inf"))
         if settings.eos_token_ids and (settings.min_new_tokens or settings.min_length):
             early = (column - prompt_len < settings.min_new_tokens) | (column < settings.min_length)
-            is_eos = torch.isin(torch.arange(scores.shape[1], device=scores.device),
-                                torch.tensor(settings.eos_token_ids, device=scores.device))
-            scores = scores.masked_fill(early & is_eos, float("-inf"))
+            scores = scores.masked_fill(early & in_vocabulary(scores, settings.eos_token_ids), float("-inf"))
+        if settings.forced_bos_token_id is not None:
+            scores = forced(scores, [settings.forced_bos_token_id], column == 1)
+        if settings.forced_eos_token_ids:
+            scores = forced(scores, settings.forced_eos_token_ids, column == self.last_column(prompt_len))
+        if settings.suppress_tokens:
+            scores = scores.masked_fill(in_vocabulary(scores, settings.suppress_tokens), float("-inf"))
         return scores
+
+    def last_column(self, prompt_len):
+        """The column of the last new token."""
+        return prompt_len + self.settings.max_new_tokens - 1
+
+
+def one_of(values, token_ids) -> torch.Tensor:
+    """Where ``values`` is one of ``token_ids`` (a list; compares, where ``isin`` and ``index_fill`` would send the
+    step through torch's decompositions)."""
+    return (values.unsqueeze(-1) == torch.tensor(token_ids, device=values.device)).any(-1)
+
+
+def in_vocabulary(scores, token_ids) -> torch.Tensor:
+    """[vocab]: which columns of ``scores`` are ``token_ids``."""
+    return one_of(torch.arange(scores.shape[-1], device=scores.device), token_ids)
+
+
+def forced(scores, token_ids, when) -> torch.Tensor:
+    """``scores``, or where ``when`` (0-d bool) -inf but 0 at ``token_ids`` (transformers' forced BOS/EOS)."""
+    only = torch.where(in_vocabulary(scores, token_ids), 0.0, float("-inf")).to(scores.dtype).expand_as(scores)
+    return torch.where(when, only, scores)
 
 
 def suffix_is(tokens, column, word) -> torch.Tensor:
@@ -189,7 +204,21 @@ def sampled(scores, settings: GenerationSettings) -> torch.Tensor:
     return (scores - torch.log(-torch.log(uniform))).argmax(-1)
 
 
-class Prefill(Step):
+class CausalStep(Step):
+    """A step of a causal LM: the model run on ``input_ids`` over the carried cache."""
+
+    def run_model(self, input_ids, padding, positions, offset, caches):
+        """Last-position logits (float32) and the new caches, for ``input_ids`` written at columns ``offset``, ..."""
+        heads = _per_layer(get_head_shapes(self.model.config.get_text_config(decoder=True))[0], len(caches) // 2)
+        layers = [CarriedLayer(caches[2 * i], caches[2 * i + 1], offset, input_ids.shape[0], heads[i])
+                  for i in range(len(caches) // 2)]
+        cache = Cache(layers=layers)
+        logits = self.model(input_ids=input_ids, attention_mask=padding, position_ids=positions, cache=cache,
+                            use_cache=True, logits_to_keep=1).logits[:, -1].float()
+        return logits, [t for layer in layers for t in (layer.carried_keys, layer.carried_values)]
+
+
+class Prefill(CausalStep):
     """The prompt through the model from an empty cache, and the first new token."""
 
     def __init__(self, model, settings: GenerationSettings, cache_shapes: list):
@@ -213,7 +242,7 @@ class Prefill(Step):
         return {**state, "caches": caches, "padding": padding, "prompt_len": column}
 
 
-class Decode(Step):
+class Decode(CausalStep):
     """One step: the token at ``cursor`` through the model, the next one chosen and written after it."""
 
     def forward(self, tokens, cursor, done, caches, padding, prompt_len):

@@ -11,7 +11,7 @@ import torch
 from safetensors import safe_open
 from transformers import GPT2Config, GPT2LMHeadModel
 
-from torch_stablehlo.exporter import export_to_stablehlo, load_artifact
+from torch_stablehlo.exporter import InputError, export_to_stablehlo, load_artifact
 from tests.exporter.models import Counter
 from tests.support import assert_matches_eager
 
@@ -38,6 +38,22 @@ def _inputs():
 def test_nested_inputs_kwargs_and_outputs_match_eager():
     pair, scale = _inputs()
     assert_matches_eager(TwoHeads(), pair, kwargs={"scale": scale})
+
+
+class Scaled(torch.nn.Module):
+    def forward(self, x, y, *, scale):
+        return x * 2 + y * scale
+
+
+def test_positional_inputs_may_be_passed_by_name():
+    """As a Python call binds them: ``art(x=..., y=...)`` for ``forward(self, x, y)``; one left out is refused."""
+    x, y, scale = torch.ones(2), torch.arange(2.0), torch.tensor(3.0)
+    art = export_to_stablehlo(Scaled(), (x, y), {"scale": scale})
+    expected = Scaled()(x, y, scale=scale)
+    for args, kwargs in [((x, y), {}), ((), {"x": x, "y": y}), ((x,), {"y": y})]:
+        torch.testing.assert_close(art(*args, **kwargs, scale=scale), expected, rtol=0, atol=0)
+    with pytest.raises(InputError, match="expected 2 positional input"):
+        art(x, scale=scale)
 
 
 def test_weights_are_arguments_of_main_not_constants():
