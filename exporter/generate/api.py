@@ -22,7 +22,8 @@ class GenerateArtifact(StableHLOArtifact):
     """A generate program: ``art(input_ids, attention_mask=None)`` returns ``[batch, prompt + max_new_tokens]``
     tokens like ``model.generate`` (the pad token after a row's eos, and after every row once all are done).
 
-    A bundle of it (``save``) loads as a plain artifact, called ``loaded(input_ids, attention_mask=mask)``."""
+    A bundle of it (``save``) loads as a plain artifact, called ``loaded(input_ids, attention_mask=mask)``. Where it
+    samples, its SavedModel and JAX model take a ``seed`` (see ``formats.saved_model`` and ``formats.jax_handoff``)."""
 
     def __init__(self, stablehlo_text: str, signature: Signature, weights: dict, settings: GenerationSettings,
                  *, platform: str = "cpu"):
@@ -39,19 +40,6 @@ class GenerateArtifact(StableHLOArtifact):
                              "larger max_cache_len for longer ones")
         mask = torch.ones_like(input_ids) if attention_mask is None else attention_mask.to(torch.int64)
         return super().__call__(input_ids, attention_mask=mask)
-
-    def save_tf_saved_model(self, path, *args, **kwargs):
-        self._require_greedy("save a SavedModel of")
-        return super().save_tf_saved_model(path, *args, **kwargs)
-
-    def to_jax(self, **kwargs):
-        self._require_greedy("hand to JAX")
-        return super().to_jax(**kwargs)
-
-    def _require_greedy(self, action: str) -> None:
-        if self.settings.do_sample:
-            raise NotImplementedError(f"cannot {action} a sampling generate program yet: its @main takes rng_seed, "
-                                      "which neither handoff passes; export with do_sample=False for them")
 
 
 def check_prompt(input_ids, attention_mask) -> None:

@@ -2,18 +2,22 @@
 artifacts: exported with ``strict=True`` (the recipe's own ``export``: the caches are buffers) and with
 ``strict=False`` (``torch.export.export`` directly: the caches are lifted constants written by ``index_copy_``),
 decoded with the recipe's runner loop (prefill token by token, then greedy), token-exact with
-``model.generate(do_sample=False)`` on a static cache, directly and through a bundle round trip. Tiny models
+``model.generate(do_sample=False)`` on a static cache, directly, through a bundle round trip and through the
+handoffs that carry the state: ``to_jax`` (donated on the device) and a TF SavedModel (variables). Tiny models
 from configs with seeded random weights (no downloads), scaled so that greedy decoding does not settle on
 one token: a dropped cache changes the tokens after the first."""
 import functools
 import re
 
+import jax
+import numpy as np
 import pytest
 import torch
 from transformers import Gemma3ForCausalLM, Gemma3TextConfig, LlamaConfig, LlamaForCausalLM
 from transformers.integrations.executorch import TorchExportableModuleForDecoderOnlyLM
 
 from torch_stablehlo import export_to_stablehlo, load_artifact
+from torch_stablehlo.exported_program import STATE
 from torch_stablehlo.exporter.errors import LoweringError
 from torch_stablehlo.runtime.analysis import input_output_aliases
 
@@ -121,6 +125,48 @@ def test_state_stays_on_the_device_and_is_updated_in_place():
     before = dict(artifact._device_state)
     artifact(input_ids=PROMPT[:, 1:2], cache_position=torch.tensor([1]))
     assert all(array.is_deleted() for array in before.values()), "the state passed is donated to the call"
+
+
+@pytest.mark.parametrize("strict", [True, False], ids=["strict", "non_strict"])
+def test_jax_handoff_carries_and_donates_the_state(strict):
+    """``to_jax()`` decodes generate's tokens, carrying the state on the device and donating it to each call
+    (the arrays passed are consumed); its functional form ``apply(weights, state, ...)`` under
+    ``jax.jit(donate_argnums=1)`` aliases each state argument to its new value in the optimized HLO."""
+    model = export_to_stablehlo(_exported("llama", strict)).to_jax()
+    assert decode(lambda **step: torch.from_numpy(np.array(model(**_numpy(step))))) == _model("llama")[1]
+    carried = dict(model._state)
+    model(**_numpy({"input_ids": PROMPT[:, :1], "cache_position": torch.tensor([0])}))
+    assert all(array.is_deleted() for array in carried.values()), "the state passed is donated to the call"
+
+    state = model.reset_state().state
+    step = jax.jit(model.apply, donate_argnums=1)
+    with jax.enable_x64(True):
+        compiled = step.lower(model.weights, state, input_ids=PROMPT[:, :1].numpy(),
+                              cache_position=np.array([0])).compile()
+    weights = len(model.weights)
+    assert set(input_output_aliases(compiled.runtime_executable())) == set(range(weights, weights + len(state)))
+
+
+@pytest.mark.parametrize("strict", [True, False], ids=["strict", "non_strict"])
+def test_saved_model_keeps_the_state_in_variables(strict, tmp_path):
+    """The SavedModel's serving_default, called once per token, decodes generate's tokens: the state lives in
+    variables each call updates, and holds what the artifact's does after the same calls."""
+    tf = pytest.importorskip("tensorflow")
+    artifact = export_to_stablehlo(_exported("llama", strict))
+    loaded = tf.saved_model.load(str(artifact.save_tf_saved_model(tmp_path / "tf")))
+    serve = loaded.signatures["serving_default"]
+    assert decode(lambda **step: torch.from_numpy(serve(**{name: tf.constant(value) for name, value in
+                                                            _numpy(step).items()})["output_0"].numpy())) \
+        == decode(artifact) == _model("llama")[1]
+    held = artifact.signature.held_inputs
+    variables = {slot.name: variable for slot, variable in zip(held, loaded.weight_variables) if slot.kind == STATE}
+    assert len(variables) == 6
+    for name, value in artifact.state.items():
+        torch.testing.assert_close(torch.tensor(variables[name].numpy()), value, rtol=1e-4, atol=1e-4)
+
+
+def _numpy(step: dict) -> dict:
+    return {name: value.numpy() for name, value in step.items()}
 
 
 def test_attention_reads_the_cache_from_before_the_write():
