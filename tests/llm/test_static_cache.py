@@ -133,7 +133,7 @@ def test_jax_handoff_carries_and_donates_the_state(strict):
     (the arrays passed are consumed); its functional form ``apply(weights, state, ...)`` under
     ``jax.jit(donate_argnums=1)`` aliases each state argument to its new value in the optimized HLO."""
     model = export_to_stablehlo(_exported("llama", strict)).to_jax()
-    assert decode(lambda **step: torch.from_numpy(np.array(model(**_numpy(step))))) == _model("llama")[1]
+    assert decode(_jax_steps(model)) == _model("llama")[1]
     carried = dict(model._state)
     model(**_numpy({"input_ids": PROMPT[:, :1], "cache_position": torch.tensor([0])}))
     assert all(array.is_deleted() for array in carried.values()), "the state passed is donated to the call"
@@ -154,10 +154,7 @@ def test_saved_model_keeps_the_state_in_variables(strict, tmp_path):
     tf = pytest.importorskip("tensorflow")
     artifact = export_to_stablehlo(_exported("llama", strict))
     loaded = tf.saved_model.load(str(artifact.save_tf_saved_model(tmp_path / "tf")))
-    serve = loaded.signatures["serving_default"]
-    assert decode(lambda **step: torch.from_numpy(serve(**{name: tf.constant(value) for name, value in
-                                                            _numpy(step).items()})["output_0"].numpy())) \
-        == decode(artifact) == _model("llama")[1]
+    assert decode(_served_steps(tf, loaded)) == decode(artifact) == _model("llama")[1]
     held = artifact.signature.held_inputs
     variables = {slot.name: variable for slot, variable in zip(held, loaded.weight_variables) if slot.kind == STATE}
     assert len(variables) == 6
@@ -167,6 +164,19 @@ def test_saved_model_keeps_the_state_in_variables(strict, tmp_path):
 
 def _numpy(step: dict) -> dict:
     return {name: value.numpy() for name, value in step.items()}
+
+
+def _jax_steps(model):
+    """The recipe's step through a JAX model: torch tensors in, logits out."""
+    return lambda **step: torch.from_numpy(np.array(model(**_numpy(step))))
+
+
+def _served_steps(tf, loaded):
+    """The recipe's step through a loaded SavedModel's serving_default (``tf``: the tensorflow module, imported
+    by the test where installed): torch tensors in, logits out."""
+    serve = loaded.signatures["serving_default"]
+    return lambda **step: torch.from_numpy(serve(**{k: tf.constant(v) for k, v in _numpy(step).items()})["output_0"]
+                                           .numpy())
 
 
 def test_attention_reads_the_cache_from_before_the_write():
@@ -233,9 +243,11 @@ def test_a_write_the_walk_cannot_carry_is_an_error():
     torch.testing.assert_close(artifact.state["total"], eager.total)
 
 
-def test_a_dynamic_prefill_then_decode():
+@pytest.mark.parametrize("path", ["artifact", "jax", "saved_model"])
+def test_a_dynamic_prefill_then_decode(path, tmp_path):
     """The prompt in one call (its length a symbolic dim: the cache write is a scatter, shapes being unknown
-    when lowered), then one call per token through the same artifact: still generate's tokens."""
+    when lowered), then one call per token through the same artifact, its JAX model or its SavedModel: still
+    generate's tokens."""
     model, expected = _model("llama")
     recipe = TorchExportableModuleForDecoderOnlyLM(model, batch_size=1, max_cache_len=CACHE)
     seq = torch.export.Dim("seq", max=32)
@@ -244,9 +256,15 @@ def test_a_dynamic_prefill_then_decode():
                                   dynamic_shapes={"input_ids": {1: seq}, "cache_position": {0: seq}}, strict=False)
     artifact = export_to_stablehlo(program)
     assert artifact.stablehlo_text.count('"stablehlo.scatter"(') == 4
-    logits = artifact(**prompt)
+    run = artifact
+    if path == "jax":
+        run = _jax_steps(artifact.to_jax())
+    elif path == "saved_model":
+        tf = pytest.importorskip("tensorflow")
+        run = _served_steps(tf, tf.saved_model.load(str(artifact.save_tf_saved_model(tmp_path / "tf"))))
+    logits = run(**prompt)
     tokens = PROMPT[0].tolist()
     for _ in range(NEW_TOKENS):
         tokens.append(int(logits[0, -1].argmax()))
-        logits = artifact(input_ids=torch.tensor([[tokens[-1]]]), cache_position=torch.tensor([len(tokens) - 1]))
+        logits = run(input_ids=torch.tensor([[tokens[-1]]]), cache_position=torch.tensor([len(tokens) - 1]))
     assert tokens == expected
