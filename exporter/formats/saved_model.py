@@ -7,8 +7,8 @@ and returns the outputs by signature name (``logits``, ``pair.0``, ``output_0``,
 
 A program with state (``signature.state``: buffers and lifted constants it writes, e.g. a static KV cache) keeps
 it in ``tf.Variable``s too, which each call updates (``@main`` donates them to their new values): a per-step
-decoder is served one call per token. The state is the SavedModel's, shared by every caller: one stream at a
-time uses it.
+decoder is served one call per token (``loaded.state_variables`` reads it, in ``signature.state``'s order). The
+state is the SavedModel's, shared by every caller: one stream at a time uses it.
 
 A program that draws random numbers (``@main`` takes ``rng_seed``) gets two signatures, both of one tf.function
 (``loaded.serve(..., seed=None)`` in Python): ``serving_default`` (the name given) takes the model's inputs only
@@ -61,7 +61,8 @@ class ServedModule(tf.Module):
         aliases = alias_map(artifact.weights)
         variables = {name: tf.Variable(to_numpy(artifact.weights[name]), trainable=False, name=_tf_name(name))
                      for name, target in aliases.items() if name == target}
-        self.weight_variables = [variables[aliases[slot.target]] for slot in signature.held_inputs]
+        self.weight_variables = [variables[aliases[slot.target]] for slot in signature.held_inputs]  # @main's order
+        self.state_variables = [variables[aliases[slot.target]] for slot in signature.state]  # as signature.state
         self._variable_of = {name: variables[target] for name, target in aliases.items()}
         self._outputs = signature.main_outputs  # a constant output is not served
         self._call_options = dict(

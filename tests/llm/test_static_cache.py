@@ -17,7 +17,6 @@ from transformers import Gemma3ForCausalLM, Gemma3TextConfig, LlamaConfig, Llama
 from transformers.integrations.executorch import TorchExportableModuleForDecoderOnlyLM
 
 from torch_stablehlo import export_to_stablehlo, load_artifact
-from torch_stablehlo.exported_program import STATE
 from torch_stablehlo.exporter.errors import LoweringError
 from torch_stablehlo.runtime.analysis import input_output_aliases
 
@@ -155,11 +154,9 @@ def test_saved_model_keeps_the_state_in_variables(strict, tmp_path):
     artifact = export_to_stablehlo(_exported("llama", strict))
     loaded = tf.saved_model.load(str(artifact.save_tf_saved_model(tmp_path / "tf")))
     assert decode(_served_steps(tf, loaded)) == decode(artifact) == _model("llama")[1]
-    held = artifact.signature.held_inputs
-    variables = {slot.name: variable for slot, variable in zip(held, loaded.weight_variables) if slot.kind == STATE}
-    assert len(variables) == 6
-    for name, value in artifact.state.items():
-        torch.testing.assert_close(torch.tensor(variables[name].numpy()), value, rtol=1e-4, atol=1e-4)
+    assert len(loaded.state_variables) == 6
+    for slot, variable in zip(artifact.signature.state, loaded.state_variables):
+        torch.testing.assert_close(torch.tensor(variable.numpy()), artifact.state[slot.name], rtol=1e-4, atol=1e-4)
 
 
 def _numpy(step: dict) -> dict:
