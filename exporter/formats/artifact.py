@@ -194,7 +194,9 @@ class StableHLOArtifact:
 
     def save_tf_saved_model(self, path: str | os.PathLike, signature_name: str = "serving_default", *,
                             target_version: str = DEFAULT_TARGET) -> Path:
-        """Write a TF SavedModel serving this program through XlaCallModule (needs tensorflow)."""
+        """Write a TF SavedModel serving this program through XlaCallModule (needs tensorflow); the state, where
+        the program has some, in variables each call updates (one stream at a time); a ``seed`` input where it
+        draws random numbers (see ``formats.saved_model``)."""
         from .saved_model import save_saved_model  # tensorflow takes seconds to import: only when asked
 
         self._require_weights("save a SavedModel of")
@@ -207,7 +209,8 @@ class StableHLOArtifact:
 
     def to_jax(self, *, target_version: str = DEFAULT_TARGET):
         """A ``JaxModel``: callable on JAX arrays, with ``.exported`` (a ``jax.export.Exported`` whose module
-        is serialized at ``target_version``, for ``Exported.serialize``)."""
+        is serialized at ``target_version``, for ``Exported.serialize``); a ``StatefulJaxModel``, carrying the
+        state on the device, where the program has some (see ``formats.jax_handoff``)."""
         self._require_sized_outputs("hand to JAX")
         return to_jax(self, target_version)
 

@@ -15,12 +15,22 @@ from torch_stablehlo.stablehlo_ir.passes import portable_artifact, prepare_for_x
 from ..conversion.signature import Signature
 from .versions import resolve_target_version
 
+SEED_INPUT = "seed"
+"""The handoffs' name for ``@main``'s ``rng_seed`` argument (an int64 scalar), where the program draws random numbers:
+the SavedModel's seeded signature and ``to_jax``'s models take it as an input of that name."""
 CALLING_CONVENTION_VERSION = 9
 SHARDY_CALLING_CONVENTION_VERSION = 10  # a module partitioned over a mesh (sdy.mesh, sdy.sharding)
 # tells XlaCallModule (and jax) to refine the module's symbolic shapes from the actual inputs
 SHAPE_POLYMORPHISM_ATTR = "jax.uses_shape_polymorphism"
 # their refinement (stablehlo-refine-shapes) refines called functions but not a composite's decomposition
 COMPOSITES_TO_CALLS = "builtin.module(func.func(stablehlo-legalize-composite-to-call))"
+
+
+def check_seed_input(signature: Signature) -> None:
+    """Raises ValueError where a program that draws random numbers has an input named ``SEED_INPUT`` already."""
+    if signature.takes_rng_seed and any(slot.name == SEED_INPUT for slot in signature.user_inputs):
+        raise ValueError(f"the program draws random numbers and has an input named '{SEED_INPUT}', the name the "
+                         "SavedModel and JAX handoffs give its seed; rename that input of forward")
 
 
 def xla_module_bytes(stablehlo_text: str, signature: Signature, target_version: str) -> bytes:

@@ -20,7 +20,8 @@ class GenerateArtifact(StableHLOArtifact):
     max_new_tokens]`` tokens like ``model.generate`` (the pad token after a row's eos, and after every row once all
     are done). ``Seq2SeqGenerateArtifact`` is an encoder-decoder's.
 
-    A bundle of it (``save``) loads as a plain artifact, called ``loaded(input_ids, attention_mask=mask)``."""
+    A bundle of it (``save``) loads as a plain artifact, called ``loaded(input_ids, attention_mask=mask)``. Where it
+    samples, its SavedModel and JAX model take a ``seed`` (see ``formats.saved_model`` and ``formats.jax_handoff``)."""
 
     def __init__(self, stablehlo_text: str, signature: Signature, weights: dict, settings: GenerationSettings,
                  *, platform: str = "cpu"):
@@ -42,19 +43,6 @@ class GenerateArtifact(StableHLOArtifact):
                              f"{settings.max_cache_len} tokens, {settings.max_new_tokens} of them for new ones, so "
                              f"prompts of 1 to {settings.max_prompt_len} tokens (padding included); export with a "
                              "larger max_cache_len for longer ones")
-
-    def save_tf_saved_model(self, path, *args, **kwargs):
-        self._require_greedy("save a SavedModel of")
-        return super().save_tf_saved_model(path, *args, **kwargs)
-
-    def to_jax(self, **kwargs):
-        self._require_greedy("hand to JAX")
-        return super().to_jax(**kwargs)
-
-    def _require_greedy(self, action: str) -> None:
-        if self.settings.do_sample:
-            raise NotImplementedError(f"cannot {action} a sampling generate program yet: its @main takes rng_seed, "
-                                      "which neither handoff passes; export with do_sample=False for them")
 
 
 def check_tokens(input_ids, attention_mask) -> None:

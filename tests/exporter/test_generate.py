@@ -140,17 +140,42 @@ def test_top_k_1_sampling_is_greedy(model, padded_batch, greedy):
     torch.testing.assert_close(art.manual_seed(3)(ids, attention_mask=mask), greedy(ids, attention_mask=mask))
 
 
-def test_sampling_is_reproducible_per_seed(model, padded_batch):
+@pytest.fixture(scope="module")
+def sampling(model, padded_batch):
     ids, mask = padded_batch
-    art = exporter.export_generate(model, ids, max_new_tokens=12, attention_mask=mask, do_sample=True,
-                                   temperature=1.5)
-    first = art.manual_seed(7)(ids, attention_mask=mask)
-    torch.testing.assert_close(art.manual_seed(7)(ids, attention_mask=mask), first)
-    assert not torch.equal(art(ids, attention_mask=mask), first)  # the next call draws from the next seed
-    assert not torch.equal(art.manual_seed(8)(ids, attention_mask=mask), first)
+    return exporter.export_generate(model, ids, max_new_tokens=12, attention_mask=mask, do_sample=True,
+                                    temperature=1.5)
+
+
+def test_sampling_is_reproducible_per_seed(sampling, padded_batch):
+    ids, mask = padded_batch
+    first = sampling.manual_seed(7)(ids, attention_mask=mask)
+    torch.testing.assert_close(sampling.manual_seed(7)(ids, attention_mask=mask), first)
+    assert not torch.equal(sampling(ids, attention_mask=mask), first)  # the next call draws from the next seed
+    assert not torch.equal(sampling.manual_seed(8)(ids, attention_mask=mask), first)
     assert len(set(first[0, 7:].tolist())) > 3  # every step draws new numbers
-    with pytest.raises(NotImplementedError, match="rng_seed"):
-        art.to_jax()
+
+
+def test_sampling_through_the_saved_model_and_jax(sampling, padded_batch, tmp_path):
+    """The SavedModel's seeded signature and the JAX model's ``seed=`` draw the artifact's sequences for the same
+    seed (different ones for another seed); without a seed both draw from their own counter, from 0, as the
+    artifact's calls after ``manual_seed(0)``."""
+    tf = pytest.importorskip("tensorflow")
+    ids, mask = padded_batch
+    expected = {seed: sampling.manual_seed(seed)(ids, attention_mask=mask).numpy() for seed in (0, 1, 7)}
+    assert not np.array_equal(expected[0], expected[7]) and not np.array_equal(expected[0], expected[1])
+    loaded = tf.saved_model.load(str(sampling.save_tf_saved_model(tmp_path / "tf")))
+    inputs = {"input_ids": tf.constant(ids.numpy()), "attention_mask": tf.constant(mask.numpy())}
+    jax_model = sampling.to_jax()
+    for seed in (0, 7):
+        served = loaded.signatures["serving_default_seeded"](**inputs, seed=tf.constant(seed, tf.int64))
+        np.testing.assert_array_equal(served["sequences"].numpy(), expected[seed])
+        np.testing.assert_array_equal(np.asarray(jax_model(ids.numpy(), attention_mask=mask.numpy(), seed=seed)),
+                                      expected[seed])
+    for seed in (0, 1):
+        np.testing.assert_array_equal(loaded.signatures["serving_default"](**inputs)["sequences"].numpy(),
+                                      expected[seed])
+        np.testing.assert_array_equal(np.asarray(jax_model(ids.numpy(), attention_mask=mask.numpy())), expected[seed])
 
 
 @pytest.mark.parametrize("top_k, top_p", [(6, None), (None, 0.3)])

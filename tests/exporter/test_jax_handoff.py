@@ -1,4 +1,5 @@
-"""JAX handoff: a jax.export.Exported of @main and a callable with the weights bound."""
+"""JAX handoff: a jax.export.Exported of @main and a callable with the weights bound; state carried and donated;
+the seed of a program that draws random numbers."""
 import jax
 import numpy as np
 import pytest
@@ -65,6 +66,56 @@ def test_symbolic_dims_become_symbolic_shapes(tmp_path):
     assert "jax.uses_shape_polymorphism = true" in exported.mlir_module()
 
 
-def test_in_place_buffer_updates_are_refused():
-    with pytest.raises(NotImplementedError, match="updates buffers in place \\(total\\)"):
-        export_to_stablehlo(Counter(), (torch.ones(3),)).to_jax()
+def test_state_is_carried_between_calls_and_donated():
+    """Counter's buffer: model(x) carries it from call to call as eager does, ``state`` reads it and
+    ``reset_state`` returns it to zeros; the functional form under jit with the state donated consumes the
+    arrays passed and returns the new state."""
+    model = export_to_stablehlo(Counter(), (torch.ones(3),)).to_jax()
+    eager = Counter()
+    for step in range(3):
+        x = torch.full((3,), float(step + 1))
+        np.testing.assert_array_equal(np.asarray(model(x.numpy())), eager(x).numpy())  # small integers: exact
+    np.testing.assert_array_equal(np.asarray(model.state["total"]), eager.total.numpy())
+    assert not np.asarray(model.reset_state().state["total"]).any()
+
+    state = model.state
+    new_state, outputs = jax.jit(model.apply, donate_argnums=1)(model.weights, state, np.full(3, 2, np.float32))
+    assert state["total"].is_deleted()
+    np.testing.assert_array_equal(np.asarray(new_state["total"]), [2, 2, 2])
+    np.testing.assert_array_equal(np.asarray(outputs), [4, 4, 4])
+
+
+class WritesItsInput(torch.nn.Module):
+    def forward(self, x):
+        x.add_(1)
+        return x * 2
+
+
+def test_writes_to_user_inputs_are_refused():
+    with pytest.raises(NotImplementedError, match="writes its input\\(s\\) x in place"):
+        export_to_stablehlo(WritesItsInput(), (torch.ones(3),)).to_jax()
+
+
+class Noisy(torch.nn.Module):
+    def forward(self, x):
+        return x + torch.rand(3)
+
+
+class NoisyWithSeed(torch.nn.Module):
+    def forward(self, x, seed):
+        return x * seed + torch.rand(3)
+
+
+def test_a_random_program_takes_a_seed():
+    """``seed=`` draws as the artifact does after ``manual_seed``; without it, the model's own next seed."""
+    artifact = export_to_stablehlo(Noisy(), (torch.zeros(3),))
+    model, x = artifact.to_jax(), np.zeros(3, np.float32)
+    expected = {seed: artifact.manual_seed(seed)(torch.zeros(3)).numpy() for seed in (4, 5)}
+    assert not np.array_equal(expected[4], expected[5])
+    np.testing.assert_array_equal(np.asarray(model(x, seed=4)), expected[4])
+    np.testing.assert_array_equal(np.asarray(model.manual_seed(4)(x)), expected[4])
+    np.testing.assert_array_equal(np.asarray(model(x)), expected[5])
+    with pytest.raises(InputError, match="draws random numbers: pass its seed as seed="):
+        model.apply(model.weights, x)
+    with pytest.raises(ValueError, match="has an input named 'seed'"):
+        export_to_stablehlo(NoisyWithSeed(), (torch.zeros(3), torch.ones(3))).to_jax()

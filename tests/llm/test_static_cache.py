@@ -2,12 +2,15 @@
 artifacts: exported with ``strict=True`` (the recipe's own ``export``: the caches are buffers) and with
 ``strict=False`` (``torch.export.export`` directly: the caches are lifted constants written by ``index_copy_``),
 decoded with the recipe's runner loop (prefill token by token, then greedy), token-exact with
-``model.generate(do_sample=False)`` on a static cache, directly and through a bundle round trip. Tiny models
+``model.generate(do_sample=False)`` on a static cache, directly, through a bundle round trip and through the
+handoffs that carry the state: ``to_jax`` (donated on the device) and a TF SavedModel (variables). Tiny models
 from configs with seeded random weights (no downloads), scaled so that greedy decoding does not settle on
 one token: a dropped cache changes the tokens after the first."""
 import functools
 import re
 
+import jax
+import numpy as np
 import pytest
 import torch
 from transformers import Gemma3ForCausalLM, Gemma3TextConfig, LlamaConfig, LlamaForCausalLM
@@ -123,6 +126,56 @@ def test_state_stays_on_the_device_and_is_updated_in_place():
     assert all(array.is_deleted() for array in before.values()), "the state passed is donated to the call"
 
 
+@pytest.mark.parametrize("strict", [True, False], ids=["strict", "non_strict"])
+def test_jax_handoff_carries_and_donates_the_state(strict):
+    """``to_jax()`` decodes generate's tokens, carrying the state on the device and donating it to each call
+    (the arrays passed are consumed); its functional form ``apply(weights, state, ...)`` under
+    ``jax.jit(donate_argnums=1)`` aliases each state argument to its new value in the optimized HLO."""
+    model = export_to_stablehlo(_exported("llama", strict)).to_jax()
+    assert decode(_jax_steps(model)) == _model("llama")[1]
+    carried = dict(model._state)
+    model(**_numpy({"input_ids": PROMPT[:, :1], "cache_position": torch.tensor([0])}))
+    assert all(array.is_deleted() for array in carried.values()), "the state passed is donated to the call"
+
+    state = model.reset_state().state
+    step = jax.jit(model.apply, donate_argnums=1)
+    with jax.enable_x64(True):
+        compiled = step.lower(model.weights, state, input_ids=PROMPT[:, :1].numpy(),
+                              cache_position=np.array([0])).compile()
+    weights = len(model.weights)
+    assert set(input_output_aliases(compiled.runtime_executable())) == set(range(weights, weights + len(state)))
+
+
+@pytest.mark.parametrize("strict", [True, False], ids=["strict", "non_strict"])
+def test_saved_model_keeps_the_state_in_variables(strict, tmp_path):
+    """The SavedModel's serving_default, called once per token, decodes generate's tokens: the state lives in
+    variables each call updates, and holds what the artifact's does after the same calls."""
+    tf = pytest.importorskip("tensorflow")
+    artifact = export_to_stablehlo(_exported("llama", strict))
+    loaded = tf.saved_model.load(str(artifact.save_tf_saved_model(tmp_path / "tf")))
+    assert decode(_served_steps(tf, loaded)) == decode(artifact) == _model("llama")[1]
+    assert len(loaded.state_variables) == 6
+    for slot, variable in zip(artifact.signature.state, loaded.state_variables):
+        torch.testing.assert_close(torch.tensor(variable.numpy()), artifact.state[slot.name], rtol=1e-4, atol=1e-4)
+
+
+def _numpy(step: dict) -> dict:
+    return {name: value.numpy() for name, value in step.items()}
+
+
+def _jax_steps(model):
+    """The recipe's step through a JAX model: torch tensors in, logits out."""
+    return lambda **step: torch.from_numpy(np.array(model(**_numpy(step))))
+
+
+def _served_steps(tf, loaded):
+    """The recipe's step through a loaded SavedModel's serving_default (``tf``: the tensorflow module, imported
+    by the test where installed): torch tensors in, logits out."""
+    serve = loaded.signatures["serving_default"]
+    return lambda **step: torch.from_numpy(serve(**{k: tf.constant(v) for k, v in _numpy(step).items()})["output_0"]
+                                           .numpy())
+
+
 def test_attention_reads_the_cache_from_before_the_write():
     """Without repeated key/value heads the attention's products take the cache as it was before the write
     and the written row apart (XLA CPU would otherwise fuse the write into each product's operand and copy the
@@ -205,9 +258,11 @@ def test_a_write_the_walk_cannot_carry_is_an_error():
     torch.testing.assert_close(artifact.state["total"], eager.total)
 
 
-def test_a_dynamic_prefill_then_decode():
+@pytest.mark.parametrize("path", ["artifact", "jax", "saved_model"])
+def test_a_dynamic_prefill_then_decode(path, tmp_path):
     """The prompt in one call (its length a symbolic dim: the cache write is a scatter, shapes being unknown
-    when lowered), then one call per token through the same artifact: still generate's tokens."""
+    when lowered), then one call per token through the same artifact, its JAX model or its SavedModel: still
+    generate's tokens."""
     model, expected = _model("llama")
     recipe = TorchExportableModuleForDecoderOnlyLM(model, batch_size=1, max_cache_len=CACHE)
     seq = torch.export.Dim("seq", max=32)
@@ -216,9 +271,15 @@ def test_a_dynamic_prefill_then_decode():
                                   dynamic_shapes={"input_ids": {1: seq}, "cache_position": {0: seq}}, strict=False)
     artifact = export_to_stablehlo(program)
     assert artifact.stablehlo_text.count('"stablehlo.scatter"(') == 4
-    logits = artifact(**prompt)
+    run = artifact
+    if path == "jax":
+        run = _jax_steps(artifact.to_jax())
+    elif path == "saved_model":
+        tf = pytest.importorskip("tensorflow")
+        run = _served_steps(tf, tf.saved_model.load(str(artifact.save_tf_saved_model(tmp_path / "tf"))))
+    logits = run(**prompt)
     tokens = PROMPT[0].tolist()
     for _ in range(NEW_TOKENS):
         tokens.append(int(logits[0, -1].argmax()))
-        logits = artifact(input_ids=torch.tensor([[tokens[-1]]]), cache_position=torch.tensor([len(tokens) - 1]))
+        logits = run(input_ids=torch.tensor([[tokens[-1]]]), cache_position=torch.tensor([len(tokens) - 1]))
     assert tokens == expected
