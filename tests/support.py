@@ -127,3 +127,15 @@ def assert_lowers_with_symbolic_batch(function, x, *rest, reads_size=True) -> st
     reads = "get_dimension_size" in text
     assert reads == reads_size, f"get_dimension_size {'found in' if reads else 'missing from'} the StableHLO"
     return text
+
+
+# -- prompts ------------------------------------------------------------------------------------------------------
+
+def left_padded_prompts(lengths, vocab: int, seed: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+    """Random prompts of ``lengths`` tokens (ids from 3 up), left-padded with 0 to the longest:
+    ``(input_ids, attention_mask)``."""
+    torch.manual_seed(seed)
+    width = max(lengths)
+    ids = torch.randint(3, vocab, (len(lengths), width))
+    mask = (torch.arange(width) >= width - torch.tensor(lengths).unsqueeze(1)).to(torch.int64)
+    return ids.masked_fill(mask == 0, 0), mask

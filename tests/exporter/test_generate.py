@@ -9,6 +9,7 @@ from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausa
 from torch_stablehlo import exporter, load_artifact
 from torch_stablehlo.exporter import InputError
 from torch_stablehlo.stablehlo_ir.op_counts import op_histogram
+from tests.support import left_padded_prompts
 
 VOCAB = 128
 
@@ -39,12 +40,7 @@ def model():
 @pytest.fixture(scope="module")
 def padded_batch():
     """Three prompts of 7, 5 and 3 tokens, left-padded to 7."""
-    torch.manual_seed(1)
-    ids = torch.randint(3, VOCAB, (3, 7))
-    mask = torch.ones_like(ids)
-    mask[1, :2] = 0
-    mask[2, :4] = 0
-    return ids.masked_fill(mask == 0, 0), mask
+    return left_padded_prompts((7, 5, 3), VOCAB)
 
 
 @pytest.fixture(scope="module")

@@ -11,6 +11,7 @@ from transformers import (Gemma2Config, Gemma2ForCausalLM, Gemma3ForCausalLM, Ge
                           Qwen3ForCausalLM)
 
 from torch_stablehlo import exporter
+from tests.support import left_padded_prompts
 
 VOCAB = 128
 NEW_TOKENS = 24
@@ -35,12 +36,7 @@ FAMILIES = {
 @pytest.fixture(scope="module")
 def padded_batch():
     """Three prompts of 9, 6 and 3 tokens, left-padded to 9."""
-    torch.manual_seed(1)
-    ids = torch.randint(3, VOCAB, (3, 9))
-    mask = torch.ones_like(ids)
-    mask[1, :3] = 0
-    mask[2, :6] = 0
-    return ids.masked_fill(mask == 0, 0), mask
+    return left_padded_prompts((9, 6, 3), VOCAB)
 
 
 def _model(family: str):
