@@ -1,5 +1,5 @@
 """The facts the conversion reads off a torch.export ``ExportedProgram``, each decided here once: what each input
-is (state, weight, user input), a weight's value, and the program with weight placeholders removed or added.
+is (state, weight, user input) and what each output is, a weight's value, and the program with weight placeholders removed or added.
 
 Below every package of the namespace (the graph walk, the signature, weight stacks and quantization all read it),
 so it imports nothing of the package.
@@ -12,7 +12,7 @@ from typing import Iterable, Sequence
 
 import torch
 from torch.export import ExportedProgram
-from torch.export.graph_signature import ExportGraphSignature, InputKind, InputSpec, TensorArgument
+from torch.export.graph_signature import ExportGraphSignature, InputKind, InputSpec, OutputKind, TensorArgument
 
 
 @dataclass(frozen=True)
@@ -38,6 +38,15 @@ WEIGHT_KINDS = frozenset(kind.name for kind in INPUT_KINDS.values() if kind.weig
 RETURNED_KINDS = frozenset(kind.name for kind in INPUT_KINDS.values() if kind.returned)
 HELD_KINDS = WEIGHT_KINDS | {STATE}
 """The inputs the artifact holds and passes to ``@main`` itself: weights and state."""
+
+USER_OUTPUT = "user_output"
+STATE_UPDATE = "buffer_mutation"
+"""An output that is a state slot's new value (its ``target``), carried to the next call."""
+INPUT_UPDATE = "user_input_mutation"
+"""An output that is the new value of a user input the program writes in place (its ``target``)."""
+OUTPUT_KINDS = {OutputKind.USER_OUTPUT: USER_OUTPUT, OutputKind.BUFFER_MUTATION: STATE_UPDATE,
+                OutputKind.USER_INPUT_MUTATION: INPUT_UPDATE}
+"""The output kinds the conversion takes, by the names the signature gives them (stored in artifacts)."""
 
 
 def kind_name(spec: InputSpec) -> str | None:

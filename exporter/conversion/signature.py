@@ -10,11 +10,11 @@ from typing import Sequence
 import sympy
 import torch
 import torch.utils._pytree as pytree
-from torch.export.graph_signature import OutputKind
 from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
 from torch_stablehlo.aten_lowerings import RNG_SEED_DTYPE, RNG_SEED_NAME, uses_random
-from torch_stablehlo.exported_program import HELD_KINDS, STATE, WEIGHT_KINDS, input_kinds
+from torch_stablehlo.exported_program import (HELD_KINDS, INPUT_UPDATE, OUTPUT_KINDS, STATE, STATE_UPDATE, USER_OUTPUT,
+                                              WEIGHT_KINDS, input_kinds)
 from torch_stablehlo.stablehlo_ir.dtypes import PYTHON_SCALAR_DTYPES, scalar_type, uncarried
 from torch_stablehlo.stablehlo_ir.sharding import Spec, normalize_spec, num_devices, spec_text
 from torch_stablehlo.stablehlo_ir.specs import TensorSpec, dtype_name
@@ -101,7 +101,7 @@ class Signature:
     @property
     def state_results(self) -> set[int]:
         """The positions among ``@main``'s results of the state's new values (``buffer_mutation`` outputs)."""
-        return {i for i, slot in enumerate(self.main_outputs) if slot.kind == "buffer_mutation"}
+        return {i for i, slot in enumerate(self.main_outputs) if slot.kind == STATE_UPDATE}
 
     @property
     def held_inputs(self) -> list[InputSlot]:
@@ -140,7 +140,7 @@ class Signature:
 
     @property
     def user_outputs(self) -> list[OutputSlot]:
-        return [s for s in self.outputs if s.kind == "user_output"]
+        return [s for s in self.outputs if s.kind == USER_OUTPUT]
 
     @property
     def main_outputs(self) -> list[OutputSlot]:
@@ -249,16 +249,12 @@ class Signature:
         lines.append("outputs:")
         lines += [f"  {s.tensor.name}: {s.scalar or s.tensor.dtype}{'' if s.scalar else list(s.tensor.shape)}"
                   if s.tensor else f"  constant: {s.value!r}" for s in self.user_outputs]
-        lines += [f"  updates input {s.target}" for s in self.outputs if s.kind == "user_input_mutation"]
+        lines += [f"  updates input {s.target}" for s in self.outputs if s.kind == INPUT_UPDATE]
         return "\n".join(lines)
 
 
 def _sharding_note(slot: InputSlot) -> str:
     return f"  sharded {spec_text(slot.sharding)}" if slot.sharding is not None else ""
-
-
-_OUTPUT_KINDS = {OutputKind.USER_OUTPUT: "user_output", OutputKind.BUFFER_MUTATION: "buffer_mutation",
-                 OutputKind.USER_INPUT_MUTATION: "user_input_mutation"}
 
 
 def program_input_kinds(ep: torch.export.ExportedProgram) -> list[str | None]:
@@ -290,25 +286,25 @@ def signature_of(ep: torch.export.ExportedProgram) -> Signature:
     user_outputs = 0
     user_output_names = output_names(call_signature.out_spec)
     for spec, node in zip(ep.graph_signature.output_specs, output_node.args[0]):
-        kind = _OUTPUT_KINDS.get(spec.kind)
-        name = user_output_names[user_outputs] if kind == "user_output" else spec.target
-        if kind == "user_output" and not isinstance(node, torch.fx.Node):  # a constant forward returns
+        kind = OUTPUT_KINDS.get(spec.kind)
+        name = user_output_names[user_outputs] if kind == USER_OUTPUT else spec.target
+        if kind == USER_OUTPUT and not isinstance(node, torch.fx.Node):  # a constant forward returns
             outputs.append(OutputSlot(kind, None, None, value=_plain(node)))
             user_outputs += 1
             continue
         meta = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
-        python = scalar_type(meta) if kind == "user_output" else None
+        python = scalar_type(meta) if kind == USER_OUTPUT else None
         scalar = python.__name__ if python else None
         if kind is None or not (isinstance(meta, torch.Tensor) or scalar):
             raise NotImplementedError(
                 f"output {spec.arg} of kind {spec.kind} is not supported: outputs must be tensors, "
                 "Python scalars or constants (return them, or pytrees of them, from forward)")
-        user_outputs += kind == "user_output"
+        user_outputs += kind == USER_OUTPUT
         tensor = (TensorSpec(name, dtype_name(PYTHON_SCALAR_DTYPES[python]), ()) if scalar
                   else TensorSpec.from_meta(name, meta))
         outputs.append(OutputSlot(kind, spec.target, tensor, scalar))
-    returned = {s.target for s in outputs if s.kind == "buffer_mutation"}
-    outputs += [OutputSlot("buffer_mutation", s.target, s.tensor) for s in inputs
+    returned = {s.target for s in outputs if s.kind == STATE_UPDATE}
+    outputs += [OutputSlot(STATE_UPDATE, s.target, s.tensor) for s in inputs
                 if s.kind == STATE and s.target not in returned]
     in_spec, out_spec = call_signature.in_spec, call_signature.out_spec
     names = symbolic_dims.user_dim_names(ep)  # torch's s77 -> the user's Dim name, where torch kept it

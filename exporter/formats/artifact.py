@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from torch_stablehlo.exported_program import STATE
+from torch_stablehlo.exported_program import INPUT_UPDATE, STATE, STATE_UPDATE
 from torch_stablehlo.runtime import pjrt
 from torch_stablehlo.stablehlo_ir.dtypes import to_numpy, to_torch, uncarried
 
@@ -59,9 +59,9 @@ class StableHLOArtifact:
         user_outputs, updates = [], []
         for slot in self.signature.outputs:
             value = next(results) if slot.tensor is not None else None
-            if slot.kind == "buffer_mutation":  # the state, carried to the next call on the device (_execute)
+            if slot.kind == STATE_UPDATE:  # the state, carried to the next call on the device (_execute)
                 continue
-            if slot.kind == "user_input_mutation":
+            if slot.kind == INPUT_UPDATE:
                 updates.append((inputs[slot.target], value))
             else:
                 user_outputs.append(slot.user_value(value))

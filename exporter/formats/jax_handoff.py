@@ -29,7 +29,7 @@ import jax.numpy as jnp
 from jax import export as jax_export
 from jax.sharding import AbstractMesh, AxisType, NamedSharding
 
-from torch_stablehlo.exported_program import STATE
+from torch_stablehlo.exported_program import INPUT_UPDATE, STATE, STATE_UPDATE, USER_OUTPUT
 from torch_stablehlo.runtime import pjrt, spmd
 from torch_stablehlo.stablehlo_ir.dtypes import to_numpy
 from torch_stablehlo.stablehlo_ir.specs import TensorSpec
@@ -102,8 +102,8 @@ class JaxModel:
         (constant outputs are the signature's, not ``@main``'s)."""
         names = {slot.target: slot.name for slot in self.signature.state}
         slots = self.signature.main_outputs
-        state = {names[s.target]: value for s, value in zip(slots, results) if s.kind == "buffer_mutation"}
-        returned = iter(value for s, value in zip(slots, results) if s.kind == "user_output")
+        state = {names[s.target]: value for s, value in zip(slots, results) if s.kind == STATE_UPDATE}
+        returned = iter(value for s, value in zip(slots, results) if s.kind == USER_OUTPUT)
         outputs = [next(returned) if s.tensor is not None else s.value for s in self.signature.user_outputs]
         return state, self.signature.unflatten_outputs(outputs)
 
@@ -160,7 +160,7 @@ def to_jax(artifact, target_version: str = DEFAULT_TARGET) -> JaxModel:
     """The JAX handoff of ``artifact`` (a StableHLOArtifact): a ``StatefulJaxModel`` where the program has state,
     else a ``JaxModel``; its weights are placed on JAX's default device."""
     signature = artifact.signature
-    written = [slot.target for slot in signature.outputs if slot.kind == "user_input_mutation"]
+    written = [slot.target for slot in signature.outputs if slot.kind == INPUT_UPDATE]
     if written:
         raise NotImplementedError(f"to_jax: the program writes its input(s) {', '.join(written)} in place, which "
                                   "a JAX function cannot do (JAX arrays are immutable); return the new values from "

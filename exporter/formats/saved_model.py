@@ -25,6 +25,7 @@ from pathlib import Path
 import tensorflow as tf
 from tensorflow.compiler.tf2xla.python.xla import call_module
 
+from torch_stablehlo.exported_program import STATE_UPDATE
 from torch_stablehlo.stablehlo_ir.dtypes import to_numpy
 from torch_stablehlo.stablehlo_ir.specs import TensorSpec
 
@@ -85,7 +86,7 @@ class ServedModule(tf.Module):
         results = call_module([*self.weight_variables, *inputs], **self._call_options)
         outputs = {}
         for slot, value in zip(self._outputs, results):
-            if slot.kind == "buffer_mutation":
+            if slot.kind == STATE_UPDATE:
                 self._variable_of[slot.target].assign(value)
             else:
                 outputs[slot.tensor.name] = value

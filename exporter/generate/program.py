@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 import torch.utils._pytree as pytree
 
+from torch_stablehlo.exported_program import USER_OUTPUT
 from torch_stablehlo.stablehlo_ir.specs import TensorSpec
 
 from ..conversion.signature import InputSlot, OutputSlot, Signature
@@ -94,5 +95,5 @@ def generate_signature(weight_slots: list[InputSlot], batch: int, settings: Gene
     output = TensorSpec("sequences", "int64", (batch, sequences))
     in_spec = pytree.tree_flatten(((example,), {"attention_mask": example}))[1]
     out_spec = pytree.tree_flatten(example)[1]
-    return Signature(inputs, [OutputSlot("user_output", None, output)], pytree.treespec_dumps(in_spec),
+    return Signature(inputs, [OutputSlot(USER_OUTPUT, None, output)], pytree.treespec_dumps(in_spec),
                      pytree.treespec_dumps(out_spec), {dim: [1, max_len]})
