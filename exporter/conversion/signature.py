@@ -2,8 +2,6 @@
 from __future__ import annotations
 
 import dataclasses
-import importlib
-import re
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -14,7 +12,7 @@ from torch.export.graph_signature import OutputKind
 from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
 from torch_stablehlo.aten_lowerings import RNG_SEED_DTYPE, RNG_SEED_NAME, uses_random
-from torch_stablehlo.exported_program import HELD_KINDS, STATE, WEIGHT_KINDS, input_kinds
+from torch_stablehlo.exported_program import HELD_KINDS, INPUT_KINDS, STATE, WEIGHT_KINDS, input_kinds
 from torch_stablehlo.stablehlo_ir.dtypes import PYTHON_SCALAR_DTYPES, scalar_type, uncarried
 from torch_stablehlo.stablehlo_ir.sharding import Spec, normalize_spec, num_devices, spec_text
 from torch_stablehlo.stablehlo_ir.specs import TensorSpec, dtype_name
@@ -22,6 +20,7 @@ from torch_stablehlo.stablehlo_ir.specs import TensorSpec, dtype_name
 from ..errors import InputError
 from . import symbolic_dims
 from .inplace import written_placeholders
+from .trees import load_treespec
 
 
 @dataclass(frozen=True)
@@ -74,6 +73,7 @@ class OutputSlot:
 
 
 _SCALAR_TYPES = {python.__name__: python for python in PYTHON_SCALAR_DTYPES}  # as the manifest names them
+SCALAR_NAMES = frozenset(_SCALAR_TYPES)
 
 
 @dataclass
@@ -204,7 +204,7 @@ class Signature:
 
     def tree(self, which: str) -> pytree.TreeSpec:
         if which not in self._trees:
-            self._trees[which] = _load_treespec(getattr(self, which))
+            self._trees[which] = load_treespec(getattr(self, which))
         return self._trees[which]
 
     def to_json(self) -> dict:
@@ -246,6 +246,9 @@ def _sharding_note(slot: InputSlot) -> str:
 
 _OUTPUT_KINDS = {OutputKind.USER_OUTPUT: "user_output", OutputKind.BUFFER_MUTATION: "buffer_mutation",
                  OutputKind.USER_INPUT_MUTATION: "user_input_mutation"}
+OUTPUT_SLOT_KINDS = frozenset(_OUTPUT_KINDS.values())
+INPUT_SLOT_KINDS = frozenset({kind.name for kind in INPUT_KINDS.values()} | {STATE, "rng_seed"})
+"""The kinds an input slot may have (a manifest's are checked against them)."""
 
 
 def program_input_kinds(ep: torch.export.ExportedProgram) -> list[str | None]:
@@ -370,21 +373,6 @@ def _has_serialized_name(spec: pytree.TreeSpec) -> bool:
             return False
     registered = pytree.SUPPORTED_SERIALIZED_TYPES.get(spec.type)
     return registered is not None and registered.serialized_type_name != "NO_SERIALIZED_TYPE_NAME_FOUND"
-
-
-def _load_treespec(serialized: str) -> pytree.TreeSpec:
-    """``treespec_loads``, first importing the modules that register the spec's node types.
-
-    A spec can name types such as transformers' ModelOutput classes, which torch
-    knows only once their module has been imported (e.g. in a fresh process).
-    """
-    for type_name in set(re.findall(r'"type": "([\w.]+)\.\w+"', serialized)):
-        try:
-            importlib.import_module(type_name)
-        except ImportError as error:
-            raise ImportError(f"the artifact's pytree names types from '{type_name}', which cannot be "
-                              f"imported here ({error}); install it to call this artifact") from error
-    return pytree.treespec_loads(serialized)
 
 
 def _plain(value):

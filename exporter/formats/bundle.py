@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -35,6 +36,8 @@ from ..errors import BundleError, BundleVersionError
 from .folders import staged_folder
 from ..terminal import progress
 from ..conversion.signature import Signature
+from ..conversion.trees import TreeSpecError
+from .manifest_schema import check_manifest, plain_file_name
 from .versions import DEFAULT_TARGET, check_readable, producer_versions, resolve_target_version
 from .weights import alias_map, has_data, nbytes, placeholder
 
@@ -60,6 +63,14 @@ class SliceReader:
 
     def __init__(self, file: Path, name: str, shape):
         self.file, self.name, self.shape = file, name, tuple(shape)
+
+    def stored_like(self) -> torch.Tensor:
+        """An empty tensor of the stored weight's dtype, in the stored shape (read from the file's header)."""
+        with safetensors.safe_open(str(self.file), framework="pt") as handle:
+            part = handle.get_slice(self.name)
+            shape = part.get_shape()
+            empty = part[tuple(slice(0, 0) for _ in shape)] if shape else handle.get_tensor(self.name)
+        return torch.empty(shape, dtype=empty.dtype, device="meta")
 
     def __getitem__(self, index: tuple):
         with safetensors.safe_open(str(self.file), framework="pt") as handle:
@@ -127,14 +138,14 @@ def _shards(tensors: dict[str, torch.Tensor], shard_bytes: int) -> dict[str, lis
 
 
 def load_bundle(path: str | os.PathLike, *, local_shards: bool = False) -> Bundle:
-    """Read a bundle, after checking its format, StableHLO version and every file's size and checksum.
-    ``local_shards``: the weights stay in their files (placeholders of their shape and dtype), each with a
-    ``SliceReader``."""
+    """Read a bundle, after checking its format, StableHLO version, manifest schema and every file's place (inside
+    the folder, no link), size and checksum. ``local_shards``: the weights stay in their files (placeholders of
+    their shape and dtype, checked against the files), each with a ``SliceReader``."""
     path = Path(path)
     manifest = load_manifest(path)
     for name in sorted(set(manifest["files"]) | _weight_files(manifest)):
         checked_file(path, manifest, name)
-    module, signature = _read_module(path / MODULE_PORTABLE), Signature.from_json(manifest["signature"])
+    module, signature = _read_module(path / MODULE_PORTABLE), _signature(path, manifest)
     if not local_shards:
         return Bundle(module, signature, _read_weights(path, manifest), manifest)
     records = {name: manifest["weights"][manifest["weight_aliases"].get(name, name)]
@@ -142,7 +153,32 @@ def load_bundle(path: str | os.PathLike, *, local_shards: bool = False) -> Bundl
     weights = {name: placeholder(r["shape"], DTYPES_BY_NAME[r["dtype"]]) for name, r in records.items()}
     readers = {name: SliceReader(path / r["file"], manifest["weight_aliases"].get(name, name), r["shape"])
                for name, r in records.items() if r["file"] is not None}
+    for name, reader in readers.items():
+        try:
+            stored = reader.stored_like()
+        except safetensors.SafetensorError as error:
+            raise BundleError(f"{reader.file}: cannot read weight {reader.name!r}: {error}") from None
+        _check_stored(reader.file, reader.name, stored, weights[name])
     return Bundle(module, signature, weights, manifest, readers)
+
+
+def _signature(path: Path, manifest: dict) -> Signature:
+    """The manifest's signature, its pytree specs read (see ``conversion.trees``) and matching its slots."""
+    signature = Signature.from_json(manifest["signature"])
+    for which in ("in_spec", "out_spec"):
+        try:
+            signature.tree(which)
+        except TreeSpecError as error:
+            raise BundleError(f"{path / MANIFEST} is invalid: manifest field signature.{which}: {error}") from None
+    in_spec, out_spec = signature.tree("in_spec"), signature.tree("out_spec")
+    inputs, outputs = len(signature.user_inputs), len(signature.user_outputs)
+    if in_spec.type is not tuple or in_spec.num_children != 2 or in_spec.num_leaves != inputs:
+        raise BundleError(f"{path / MANIFEST} is invalid: signature.in_spec: expected (args, kwargs) with {inputs} "
+                          f"leaves, got {in_spec.num_leaves} leaves under {in_spec.type}")
+    if out_spec.num_leaves != outputs:
+        raise BundleError(f"{path / MANIFEST} is invalid: signature.out_spec: expected {outputs} leaves (the user "
+                          f"outputs), got {out_spec.num_leaves}")
+    return signature
 
 
 def load_manifest(path: str | os.PathLike) -> dict:
@@ -153,10 +189,13 @@ def load_manifest(path: str | os.PathLike) -> dict:
         raise BundleError(f"{path}: no such bundle folder")
     if not file.is_file():
         raise BundleError(f"{path} is not a bundle: {MANIFEST} is missing")
+    inside(path, MANIFEST)
     try:
         manifest = json.loads(file.read_text())
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
         raise BundleError(f"{file} is corrupt: not valid JSON ({error})") from None
+    except RecursionError:
+        raise BundleError(f"{file} is corrupt: nested too deeply") from None
     if not isinstance(manifest, dict) or "format_version" not in manifest:
         raise BundleError(f"{file} is not a bundle manifest (no format_version)")
     if manifest["format_version"] != FORMAT_VERSION:
@@ -168,6 +207,7 @@ def load_manifest(path: str | os.PathLike) -> dict:
     if missing:
         raise BundleError(f"{file} is corrupt: it lacks {', '.join(missing)}")
     check_readable(manifest["stablehlo_version"], f"bundle {path}")
+    check_manifest(manifest, str(file))
     return manifest
 
 
@@ -176,9 +216,7 @@ def checked_file(path: Path, manifest: dict, name: str) -> Path:
     record = manifest["files"].get(name)
     if record is None:
         raise BundleError(f"{path}: the manifest lists no file {name}")
-    file = path / name
-    if not file.is_file():
-        raise BundleError(f"{path}: {name} is missing")
+    file = inside(path, name)
     size = file.stat().st_size
     if size < record["bytes"]:
         raise BundleError(f"{file} is truncated: {size} of {record['bytes']} bytes")
@@ -186,6 +224,22 @@ def checked_file(path: Path, manifest: dict, name: str) -> Path:
         raise BundleError(f"{file} is corrupt: {size} bytes, the manifest says {record['bytes']}")
     if _sha256(file) != record["sha256"]:
         raise BundleError(f"{file} is corrupt: its sha256 differs from the manifest's")
+    return file
+
+
+def inside(path: Path, name: str) -> Path:
+    """``path / name`` once it is known to be a regular file (not a link) right inside the folder ``path``; checked
+    before the file is opened. ``name`` is a manifest's: the schema allows plain names only, checked again here."""
+    file = path / name
+    if not plain_file_name(name) or file.parent != path:
+        raise BundleError(f"{path}: the manifest names the file {name!r}; a bundle's files are plain names inside it")
+    try:
+        mode = os.lstat(file).st_mode
+    except FileNotFoundError:
+        raise BundleError(f"{path}: {name} is missing") from None
+    if stat.S_ISLNK(mode) or not stat.S_ISREG(mode):
+        raise BundleError(f"{path}: {name} is {'a link' if stat.S_ISLNK(mode) else 'not a regular file'}; a "
+                          "bundle's files are regular files inside its folder")
     return file
 
 
@@ -214,9 +268,16 @@ def _read_weights(path: Path, manifest: dict) -> dict[str, torch.Tensor]:
     for name in sorted(_weight_files(manifest)):
         file = path / name
         try:
-            weights.update(safetensors.torch.load_file(str(file)))
+            stored = safetensors.torch.load_file(str(file))
         except safetensors.SafetensorError as error:
             raise BundleError(f"{file} is not a readable safetensors file: {error}") from None
+        expected = {weight: record for weight, record in manifest["weights"].items() if record["file"] == name}
+        for weight, tensor in stored.items():
+            record = expected.get(weight)
+            if record is None:
+                raise BundleError(f"{file} holds {weight!r}, which the manifest does not place in it")
+            _check_stored(file, weight, tensor, placeholder(record["shape"], DTYPES_BY_NAME[record["dtype"]]))
+        weights.update(stored)
     weights.update({name: placeholder(record["shape"], DTYPES_BY_NAME[record["dtype"]])
                     for name, record in manifest["weights"].items() if record["file"] is None})
     absent = sorted(set(manifest["weights"]) - set(weights))
@@ -224,6 +285,13 @@ def _read_weights(path: Path, manifest: dict) -> dict[str, torch.Tensor]:
         raise BundleError(f"{path}: weights {absent[:5]} are listed in the manifest but not stored")
     weights.update({name: weights[target] for name, target in manifest["weight_aliases"].items()})
     return weights
+
+
+def _check_stored(file: Path, name: str, stored: torch.Tensor, expected: torch.Tensor) -> None:
+    """Raise BundleError if the weight ``name`` stored in ``file`` has another shape or dtype than the manifest's."""
+    if stored.dtype != expected.dtype or tuple(stored.shape) != tuple(expected.shape):
+        raise BundleError(f"{file}: weight {name!r} is stored as {dtype_name(stored.dtype)}{list(stored.shape)}; the "
+                          f"manifest says {dtype_name(expected.dtype)}{list(expected.shape)}")
 
 
 def _sha256(file: Path) -> str:
