@@ -19,6 +19,7 @@ import hashlib
 import json
 import os
 import stat
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -33,7 +34,7 @@ from torch_stablehlo.stablehlo_ir.dtypes import to_numpy
 from torch_stablehlo.stablehlo_ir.specs import DTYPES_BY_NAME, dtype_name
 
 from ..errors import BundleError, BundleVersionError
-from .folders import staged_folder
+from .folders import recover_interrupted_swap, staged_folder
 from ..terminal import progress
 from ..conversion.signature import Signature
 from ..conversion.trees import TreeSpecError
@@ -95,7 +96,7 @@ def save_bundle(path: str | os.PathLike, stablehlo_text: str, signature: Signatu
     unique = [name for name, target in aliases.items() if name == target]
     stored = {name: weights[name].detach().contiguous() for name in unique if has_data(weights[name])}
     absent = {name: weights[name] for name in unique if not has_data(weights[name])}
-    with staged_folder(path, MANIFEST, "an artifact folder") as staging:
+    with staged_folder(path, "an artifact folder", bundle_files) as staging:
         (staging / MODULE_PORTABLE).write_bytes(portable_artifact(stablehlo_text, version))
         if include_text:
             (staging / MODULE_TEXT).write_text(stablehlo_text)
@@ -115,6 +116,17 @@ def save_bundle(path: str | os.PathLike, stablehlo_text: str, signature: Signatu
                               for file in sorted(staging.iterdir())}}
         (staging / MANIFEST).write_text(json.dumps(manifest, indent=1))
     return Path(path)
+
+
+def bundle_files(folder: Path) -> set[str] | None:
+    """The files of the bundle at ``folder`` that its manifest lists (with the manifest); None if it is not one."""
+    try:
+        manifest = json.loads((folder / MANIFEST).read_text())
+    except (OSError, ValueError, RecursionError):
+        return None
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT or not isinstance(manifest.get("files"), dict):
+        return None
+    return {MANIFEST, *manifest["files"]}
 
 
 def _record(file_name: str | None, tensor: torch.Tensor) -> dict:
@@ -185,6 +197,8 @@ def load_manifest(path: str | os.PathLike) -> dict:
     """The bundle's manifest, once its format and StableHLO version are known to be readable here."""
     path = Path(path)
     file = path / MANIFEST
+    if not path.is_dir() and recover_interrupted_swap(path):
+        warnings.warn(f"{path} was missing after an interrupted save; its previous copy was put back")
     if not path.is_dir():
         raise BundleError(f"{path}: no such bundle folder")
     if not file.is_file():

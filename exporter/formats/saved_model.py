@@ -27,7 +27,7 @@ def save_saved_model(artifact, path: str | os.PathLike, *, signature_name: str =
                      target_version: str = DEFAULT_TARGET) -> Path:
     """Write ``artifact`` (a StableHLOArtifact) as a SavedModel folder, atomically."""
     served = ServedModule(artifact, target_version)
-    with staged_folder(path, "saved_model.pb", "a SavedModel folder") as staging:
+    with staged_folder(path, "a SavedModel folder") as staging:
         tf.saved_model.save(served, str(staging), signatures={signature_name: served.serve.get_concrete_function()})
     return Path(path)
 
