@@ -28,6 +28,7 @@ import safetensors.torch
 import torch
 from jaxlib.mlir.dialects import stablehlo
 
+from torch_stablehlo.stablehlo_ir.bytecode_check import read_in_child
 from torch_stablehlo.stablehlo_ir.mlir_context import make_context
 from torch_stablehlo.stablehlo_ir.passes import portable_artifact
 from torch_stablehlo.stablehlo_ir.dtypes import to_numpy
@@ -47,6 +48,8 @@ FORMAT_VERSION = 3  # 3: state slots (kind "state", their exported values stored
 MANIFEST, MODULE_PORTABLE, MODULE_TEXT = "manifest.json", "module.mlirbc", "module.mlir"
 DEFAULT_SHARD_BYTES = 2 * 1024 ** 3
 _REQUIRED = ("stablehlo_version", "signature", "weights", "weight_aliases", "files")
+_READABLE: set[str] = set()
+"""The sha256 of each portable artifact this process wrote, or read in a child process without harm."""
 
 
 @dataclass
@@ -97,7 +100,9 @@ def save_bundle(path: str | os.PathLike, stablehlo_text: str, signature: Signatu
     stored = {name: weights[name].detach().contiguous() for name in unique if has_data(weights[name])}
     absent = {name: weights[name] for name in unique if not has_data(weights[name])}
     with staged_folder(path, "an artifact folder", bundle_files) as staging:
-        (staging / MODULE_PORTABLE).write_bytes(portable_artifact(stablehlo_text, version))
+        portable = portable_artifact(stablehlo_text, version)
+        (staging / MODULE_PORTABLE).write_bytes(portable)
+        _READABLE.add(hashlib.sha256(portable).hexdigest())
         if include_text:
             (staging / MODULE_TEXT).write_text(stablehlo_text)
         index = {name: _record(None, tensor) for name, tensor in absent.items()}
@@ -149,15 +154,17 @@ def _shards(tensors: dict[str, torch.Tensor], shard_bytes: int) -> dict[str, lis
     return {f"weights-{i:05d}-of-{len(groups):05d}.safetensors": names for i, names in enumerate(groups, 1)}
 
 
-def load_bundle(path: str | os.PathLike, *, local_shards: bool = False) -> Bundle:
+def load_bundle(path: str | os.PathLike, *, local_shards: bool = False, trusted: bool = False) -> Bundle:
     """Read a bundle, after checking its format, StableHLO version, manifest schema and every file's place (inside
     the folder, no link), size and checksum. ``local_shards``: the weights stay in their files (placeholders of
-    their shape and dtype, checked against the files), each with a ``SliceReader``."""
+    their shape and dtype, checked against the files), each with a ``SliceReader``. ``trusted``: the caller vouches
+for the module's bytes, which are then read in-process without a check in a child process first (see
+``_read_module``)."""
     path = Path(path)
     manifest = load_manifest(path)
     for name in sorted(set(manifest["files"]) | _weight_files(manifest)):
         checked_file(path, manifest, name)
-    module, signature = _read_module(path / MODULE_PORTABLE), _signature(path, manifest)
+    module, signature = _read_module(path / MODULE_PORTABLE, trusted), _signature(path, manifest)
     if not local_shards:
         return Bundle(module, signature, _read_weights(path, manifest), manifest)
     records = {name: manifest["weights"][manifest["weight_aliases"].get(name, name)]
@@ -262,10 +269,19 @@ def load_module_text(path: Path, manifest: dict) -> str:
     return _read_module(checked_file(path, manifest, MODULE_PORTABLE))
 
 
-def _read_module(file: Path) -> str:
+def _read_module(file: Path, trusted: bool = False) -> str:
+    """The module's text. Unless ``trusted`` or this process wrote or checked the same bytes before, they are
+    first read in a child process (``stablehlo_ir.bytecode_check``), so that crafted bytes cannot crash this one."""
+    data = file.read_bytes()
+    digest = hashlib.sha256(data).hexdigest()
+    if not trusted and digest not in _READABLE:
+        problem = read_in_child(data)
+        if problem is not None:
+            raise BundleError(f"{file} is not a readable StableHLO portable artifact: {problem}")
+        _READABLE.add(digest)
     with make_context() as context:
         try:
-            module = stablehlo.deserialize_portable_artifact(context, file.read_bytes())
+            module = stablehlo.deserialize_portable_artifact(context, data)
         except Exception as error:  # noqa: BLE001  (MLIR raises plain errors; say which file)
             raise BundleError(f"{file} is not a readable StableHLO portable artifact: {error}") from None
         return module.operation.get_asm(enable_debug_info=True)
