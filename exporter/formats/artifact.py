@@ -37,7 +37,7 @@ class StableHLOArtifact:
         self.signature = signature
         self.weights = weights
         self.platform = platform
-        self._executables: dict[tuple, pjrt.Executable] = {}  # by @main's argument shapes where dynamic
+        self._executables = pjrt.LeastRecentlyUsed()  # by @main's argument shapes where dynamic (bounded)
         self._device_weights: dict[str, object] = {}
         self._device_state: dict[str, object] = {}  # each state slot's value after the last call, by target
         self._weight_readers: dict[str, object] = {}  # weights read shard by shard from files (load_artifact)
