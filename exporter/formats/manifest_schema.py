@@ -132,8 +132,8 @@ OUTPUT = Record({"kind": Check(f"one of {sorted(OUTPUT_SLOT_KINDS)}", lambda v: 
                  "scalar": nullable(Check(f"one of {sorted(SCALAR_NAMES)}", lambda v: v in SCALAR_NAMES)),
                  "value": SCALAR}, optional=frozenset({"scalar", "value"}))
 SIGNATURE = Record({"inputs": ListOf(INPUT), "outputs": ListOf(OUTPUT), "in_spec": TEXT, "out_spec": TEXT,
-                    "dims": MapOf(ListOf(nullable(COUNT), length=2), key=DIM), "sizes": ListOf(TEXT), "mesh": MESH},
-                   optional=frozenset({"sizes", "mesh"}))
+                    "dims": MapOf(ListOf(nullable(COUNT), length=2), key=DIM), "sizes": ListOf(TEXT), "mesh": MESH,
+                    "arg_names": ListOf(TEXT)}, optional=frozenset({"sizes", "mesh", "arg_names"}))
 WEIGHT = Record({"file": nullable(FILE_NAME), "dtype": DTYPE, "shape": ListOf(COUNT), "bytes": COUNT})
 FILE = Record({"bytes": COUNT, "sha256": Check("64 hex digits", lambda v: bool(re.fullmatch(r"[0-9a-f]{64}", v)))})
 MANIFEST = Record({"format": TEXT, "format_version": COUNT, "stablehlo_version": TEXT, "signature": SIGNATURE,
