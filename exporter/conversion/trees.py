@@ -52,8 +52,9 @@ def load_treespec(serialized: str) -> pytree.TreeSpec:
 def _node(node, depth: int, untrusted: set[str]) -> pytree.TreeSpec:
     if depth > MAX_DEPTH:
         raise TreeSpecError(f"nested deeper than {MAX_DEPTH} levels")
-    if not isinstance(node, dict) or not isinstance(node.get("children_spec"), list) or \
-            not isinstance(node.get("type"), (str, type(None))) or not isinstance(node.get("context"), (str, type(None))):
+    if not isinstance(node, dict) or not {"type", "context", "children_spec"} <= set(node) or \
+            not isinstance(node["children_spec"], list) or not isinstance(node["type"], (str, type(None))) or \
+            not isinstance(node["context"], (str, type(None))):
         raise TreeSpecError("expected each node to be {type: text or null, context: text or null, children_spec: [...]}")
     children = [_node(child, depth + 1, untrusted) for child in node["children_spec"]]
     if node["type"] is None:

@@ -26,10 +26,12 @@ from pathlib import Path
 import safetensors
 import safetensors.torch
 import torch
+from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
 from torch_stablehlo.stablehlo_ir.bytecode_check import read_in_child
 from torch_stablehlo.stablehlo_ir.mlir_context import make_context
+from torch_stablehlo.stablehlo_ir.refine import main_function
 from torch_stablehlo.stablehlo_ir.passes import portable_artifact
 from torch_stablehlo.stablehlo_ir.dtypes import to_numpy
 from torch_stablehlo.stablehlo_ir.specs import DTYPES_BY_NAME, dtype_name
@@ -39,7 +41,7 @@ from .folders import recover_interrupted_swap, staged_folder
 from ..terminal import progress
 from ..conversion.signature import Signature
 from ..conversion.trees import TreeSpecError
-from .manifest_schema import check_manifest, plain_file_name
+from .manifest_schema import check_manifest, check_slots, plain_file_name
 from .versions import DEFAULT_TARGET, check_readable, producer_versions, resolve_target_version
 from .weights import alias_map, has_data, nbytes, placeholder
 
@@ -164,7 +166,8 @@ for the module's bytes, which are then read in-process without a check in a chil
     manifest = load_manifest(path)
     for name in sorted(set(manifest["files"]) | _weight_files(manifest)):
         checked_file(path, manifest, name)
-    module, signature = _read_module(path / MODULE_PORTABLE, trusted), _signature(path, manifest)
+    (module, main_shapes), signature = _read_module(path / MODULE_PORTABLE, trusted), _signature(path, manifest)
+    _check_main(path, signature, main_shapes)
     if not local_shards:
         return Bundle(module, signature, _read_weights(path, manifest), manifest)
     records = {name: manifest["weights"][manifest["weight_aliases"].get(name, name)]
@@ -184,6 +187,7 @@ for the module's bytes, which are then read in-process without a check in a chil
 def _signature(path: Path, manifest: dict) -> Signature:
     """The manifest's signature, its pytree specs read (see ``conversion.trees``) and matching its slots."""
     signature = Signature.from_json(manifest["signature"])
+    check_slots(manifest, signature, str(path / MANIFEST))
     for which in ("in_spec", "out_spec"):
         try:
             signature.tree(which)
@@ -266,11 +270,11 @@ def inside(path: Path, name: str) -> Path:
 
 def load_module_text(path: Path, manifest: dict) -> str:
     """The module, read from the portable artifact (checked against the manifest)."""
-    return _read_module(checked_file(path, manifest, MODULE_PORTABLE))
+    return _read_module(checked_file(path, manifest, MODULE_PORTABLE))[0]
 
 
-def _read_module(file: Path, trusted: bool = False) -> str:
-    """The module's text. Unless ``trusted`` or this process wrote or checked the same bytes before, they are
+def _read_module(file: Path, trusted: bool = False) -> tuple[str, tuple[list, list]]:
+    """The module's text, and the shapes of ``@main``'s arguments and results. Unless ``trusted`` or this process wrote or checked the same bytes before, they are
     first read in a child process (``stablehlo_ir.bytecode_check``), so that crafted bytes cannot crash this one."""
     data = file.read_bytes()
     digest = hashlib.sha256(data).hexdigest()
@@ -284,7 +288,37 @@ def _read_module(file: Path, trusted: bool = False) -> str:
             module = stablehlo.deserialize_portable_artifact(context, data)
         except Exception as error:  # noqa: BLE001  (MLIR raises plain errors; say which file)
             raise BundleError(f"{file} is not a readable StableHLO portable artifact: {error}") from None
-        return module.operation.get_asm(enable_debug_info=True)
+        try:
+            main = main_function(module)
+        except ValueError as error:
+            raise BundleError(f"{file}: {error}") from None
+        types = ir.FunctionType(ir.TypeAttr(main.attributes["function_type"]).value)
+        shapes = tuple([_shape(t) for t in group] for group in (types.inputs, types.results))
+        return module.operation.get_asm(enable_debug_info=True), shapes
+
+
+def _shape(mlir_type) -> list | None:
+    """A tensor type's dims (None where dynamic); None for a type that is no ranked tensor."""
+    if mlir_type.typeid != ir.RankedTensorType.static_typeid:
+        return None
+    tensor = ir.RankedTensorType(mlir_type)
+    return [None if ir.ShapedType.is_dynamic_size(d) else d for d in tensor.shape]
+
+
+def _check_main(path: Path, signature: Signature, main_shapes: tuple[list, list]) -> None:
+    """Raise BundleError unless the signature's ``@main`` arguments and results are the module's (count, rank and
+    static dims; a symbolic dim where the module's is dynamic)."""
+    arguments = [s.tensor for s in signature.main_inputs]
+    results = [s.tensor for s in signature.main_outputs] + [None] * len(signature.sizes)
+    for what, specs, shapes in (("arguments", arguments, main_shapes[0]), ("results", results, main_shapes[1])):
+        if len(specs) != len(shapes):
+            raise BundleError(f"{path / MANIFEST} does not fit its module: the signature lists {len(specs)} @main "
+                              f"{what}, the module has {len(shapes)}")
+        for index, (spec, shape) in enumerate(zip(specs, shapes)):
+            expected = None if spec is None else [d if isinstance(d, int) else None for d in spec.shape]
+            if shape is None or (spec is not None and expected != shape) or (spec is None and shape != []):
+                raise BundleError(f"{path / MANIFEST} does not fit its module: @main's {what[:-1]} {index} is "
+                                  f"{shape} in the module, {expected if spec else 'a 0-d size'} in the signature")
 
 
 def _weight_files(manifest: dict) -> set[str]:

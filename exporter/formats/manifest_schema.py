@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass
 from typing import Callable
 
+from torch_stablehlo.exported_program import HELD_KINDS
 from torch_stablehlo.stablehlo_ir.specs import DTYPES_BY_NAME
 
 from ..conversion.dim_grammar import DimSyntaxError, parse
@@ -110,14 +111,14 @@ def _dim_text(text) -> bool:
 
 
 def _count(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2 ** 63
 
 
 TEXT = Check("a string", lambda v: isinstance(v, str))
-COUNT = Check("an integer >= 0", _count)
+COUNT = Check("an integer in [0, 2**63)", _count)
 SCALAR = Check("a number, string, boolean or null", lambda v: v is None or isinstance(v, (int, float, str, bool)))
 DTYPE = Check(f"a dtype name ({', '.join(sorted(DTYPES_BY_NAME))})", lambda v: v in DTYPES_BY_NAME)
-DIM = Check("a size >= 0 or a symbolic dim (names, integers, + - * // %, parentheses)",
+DIM = Check("a size in [0, 2**63) or a symbolic dim (names, integers, + - * // %, parentheses)",
             lambda v: _count(v) or _dim_text(v))
 FILE_NAME = Check("a plain file name inside the bundle (letters, digits, _ . + = -; no folder, no leading dot)",
                   plain_file_name)
@@ -126,7 +127,7 @@ SHARDING = nullable(ListOf(ListOf(TEXT)))
 MESH = nullable(MapOf(Check("a positive axis size", lambda v: _count(v) and v > 0)))
 INPUT = Record({"name": TEXT, "kind": Check(f"one of {sorted(INPUT_SLOT_KINDS)}", lambda v: v in INPUT_SLOT_KINDS),
                 "target": nullable(TEXT), "value": SCALAR, "tensor": nullable(TENSOR), "sharding": SHARDING},
-               optional=frozenset({"sharding", "value"}))
+               optional=frozenset({"sharding"}))
 OUTPUT = Record({"kind": Check(f"one of {sorted(OUTPUT_SLOT_KINDS)}", lambda v: v in OUTPUT_SLOT_KINDS),
                  "target": nullable(TEXT), "tensor": nullable(TENSOR),
                  "scalar": nullable(Check(f"one of {sorted(SCALAR_NAMES)}", lambda v: v in SCALAR_NAMES)),
@@ -149,6 +150,33 @@ def check_manifest(manifest, where: str) -> None:
         _check_references(manifest)
     except SchemaError as error:
         raise BundleError(f"{where} is invalid: {error}") from None
+
+
+def check_slots(manifest: dict, signature, where: str) -> None:
+    """Raise BundleError unless the signature's slots fit together: each input the artifact holds (weights, state)
+    names a weight of the same shape and dtype; ``rng_seed`` is at most one 0-d int64, the last input; a scalar
+    output is 0-d."""
+    try:
+        for index, slot in enumerate(signature.inputs):
+            if slot.kind in HELD_KINDS:
+                _check_held(manifest, slot, f"signature.inputs[{index}]")
+            if slot.kind == "rng_seed" and (index != len(signature.inputs) - 1 or slot.tensor is None
+                                            or (slot.tensor.dtype, slot.tensor.shape) != ("int64", ())):
+                raise SchemaError(f"signature.inputs[{index}]", "an rng_seed input is the last, a 0-d int64")
+        for index, slot in enumerate(signature.outputs):
+            if slot.scalar and (slot.tensor is None or slot.tensor.shape != ()):
+                raise SchemaError(f"signature.outputs[{index}].tensor", "a scalar output is a 0-d tensor")
+    except SchemaError as error:
+        raise BundleError(f"{where} is invalid: {error}") from None
+
+
+def _check_held(manifest: dict, slot, field: str) -> None:
+    record = manifest["weights"].get(manifest["weight_aliases"].get(slot.target, slot.target))
+    if record is None or slot.tensor is None:
+        raise SchemaError(f"{field}.target", f"expected the name of a weight, got {slot.target!r}")
+    if (record["dtype"], list(record["shape"])) != (slot.tensor.dtype, list(slot.tensor.shape)):
+        raise SchemaError(field, f"weight {slot.target!r} is {record['dtype']}{record['shape']} in weights, "
+                                 f"{slot.tensor.dtype}{list(slot.tensor.shape)} here")
 
 
 def _check_references(manifest: dict) -> None:
