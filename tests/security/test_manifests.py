@@ -1,9 +1,11 @@
 """Manifests are data: dim texts are parsed by our grammar (never evaluated), pytree node types come only from
 trusted modules (a bundle's own Python is never imported), and every malformed field is a BundleError naming it."""
 import json
+import subprocess
 import sys
 import warnings
 
+import numpy as np
 import pytest
 import sympy
 import torch
@@ -191,3 +193,17 @@ def test_a_deeply_nested_manifest_is_a_bundle_error(saved):
     (saved / "manifest.json").write_text('{"format_version": ' + "[" * 100_000 + "]" * 100_000 + "}")
     with pytest.raises(BundleError, match="nested too deeply|not valid JSON"):
         load_artifact(saved)
+
+
+@pytest.mark.parametrize("command", ["inspect", "run"])
+def test_the_cli_refuses_a_dim_text_that_would_run_code(saved, tmp_path, command):
+    marker = tmp_path / "ran"
+    evil = f"batch + 0*__import__('os').system('touch {marker}')"
+    edit_manifest(saved, lambda m: m["signature"]["inputs"][-1]["tensor"]["shape"].__setitem__(0, evil))
+    numpy_inputs = tmp_path / "inputs.npz"
+    np.savez(numpy_inputs, input=np.ones((3, 8), np.float32))
+    extra = ["--inputs", str(numpy_inputs), "--output", str(tmp_path / "out.npz")] if command == "run" else []
+    done = subprocess.run([sys.executable, "-m", "torch_stablehlo", command, str(saved), *extra], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode != 0 and "signature.inputs[2].tensor.shape[0]" in done.stderr, done.stderr[-2000:]
+    assert not marker.exists()
