@@ -11,7 +11,7 @@ import torch
 from torch_stablehlo.exporter import BundleError, load_artifact
 from torch_stablehlo.exporter.formats import bundle
 
-from .bundles import rewrite_file, small_artifact
+from .bundles import rewrite_file
 
 ROOT = Path(__file__).parents[2]
 
@@ -44,11 +44,6 @@ def test_bytecode_that_crashes_the_reader_is_a_bundle_error_and_the_caller_survi
                                cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert inspected.returncode not in (0, -11) and "crashed the StableHLO reader" in inspected.stderr, \
         inspected.stderr[-2000:]
-
-
-@pytest.fixture(scope="module")
-def small():
-    return small_artifact()
 
 
 def _no_child(monkeypatch):

@@ -11,17 +11,7 @@ import torch
 from torch_stablehlo.exporter import BundleError, WeightsError, export_to_stablehlo, load_artifact
 from torch_stablehlo.exporter.formats.bundle import load_bundle
 
-from .bundles import edit_manifest, opened_files, outside, rewrite_file, small_artifact
-
-
-@pytest.fixture(scope="module")
-def small():
-    return small_artifact()
-
-
-@pytest.fixture
-def saved(small, tmp_path):
-    return small[1].save(tmp_path / "bundle")
+from .bundles import edit_manifest, opened_files, outside, rewrite_file
 
 
 def _outside_copy(saved, tmp_path):

@@ -18,7 +18,7 @@ from torch_stablehlo.exporter import BundleError, load_artifact
 from torch_stablehlo.exporter.errors import ExportError, InputError, WeightsError
 
 from ..conftest import full_sweep
-from .bundles import opened_files, outside, read_manifest, small_artifact, write_manifest
+from .bundles import opened_files, outside, read_manifest, write_manifest
 
 ROOT = Path(__file__).parents[2]
 ODD_VALUES = [None, True, -1, 0, 3, 10 ** 30, 1.5, "", "batch", "../weights.safetensors", "/etc/passwd",
@@ -61,11 +61,6 @@ def mutate(manifest: dict, rng: random.Random) -> str:
         return f"edited the text at {path + (key,)}"
     container[key] = rng.choice(ODD_VALUES)
     return f"set {path + (key,)} to {container[key]!r}"
-
-
-@pytest.fixture(scope="module")
-def small():
-    return small_artifact()
 
 
 @pytest.fixture(scope="module")

@@ -16,19 +16,9 @@ from torch_stablehlo.exporter import BundleError, load_artifact
 from torch_stablehlo.exporter.conversion.dim_grammar import MAX_DEPTH, DimSyntaxError, parse
 from torch_stablehlo.exporter.conversion.trees import TreeSpecError, load_treespec
 
-from .bundles import edit_manifest, small_artifact
+from .bundles import edit_manifest
 
 LEAF = {"type": None, "context": None, "children_spec": []}
-
-
-@pytest.fixture(scope="module")
-def small():
-    return small_artifact()
-
-
-@pytest.fixture
-def saved(small, tmp_path):
-    return small[1].save(tmp_path / "bundle")
 
 
 # -- dim texts ---------------------------------------------------------------------------------------------------

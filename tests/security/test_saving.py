@@ -14,19 +14,7 @@ import torch
 from torch_stablehlo.exporter import load_artifact
 from torch_stablehlo.exporter.formats.bundle import load_manifest
 
-from .bundles import small_artifact
-
 ROOT = Path(__file__).parents[2]
-
-
-@pytest.fixture(scope="module")
-def small():
-    return small_artifact()
-
-
-@pytest.fixture
-def saved(small, tmp_path):
-    return small[1].save(tmp_path / "bundle")
 
 
 def test_a_folder_with_a_manifest_and_other_files_is_not_replaced(small, saved):
