@@ -160,9 +160,28 @@ def load_bundle(path: str | os.PathLike, *, local_shards: bool = False, trusted:
     """Read a bundle, after checking its format, StableHLO version, manifest schema and every file's place (inside
     the folder, no link), size and checksum. ``local_shards``: the weights stay in their files (placeholders of
     their shape and dtype, checked against the files), each with a ``SliceReader``. ``trusted``: the caller vouches
-for the module's bytes, which are then read in-process without a check in a child process first (see
-``_read_module``)."""
+    for the module's bytes, which are then read in-process without a check in a child process first (see
+    ``_read_module``). A check that fails while a save swapped a new folder in is tried once more, on the new one."""
     path = Path(path)
+    folder = _folder_id(path)
+    try:
+        return _load_bundle(path, local_shards, trusted)
+    except BundleError:
+        if folder is None or _folder_id(path) in (None, folder):
+            raise
+    return _load_bundle(path, local_shards, trusted)
+
+
+def _folder_id(path: Path) -> tuple | None:
+    """Which folder stands at ``path`` now (a save's swap puts another one there); None if none."""
+    try:
+        status = os.stat(path)
+    except OSError:
+        return None
+    return status.st_dev, status.st_ino
+
+
+def _load_bundle(path: Path, local_shards: bool, trusted: bool) -> Bundle:
     manifest = load_manifest(path)
     for name in sorted(set(manifest["files"]) | _weight_files(manifest)):
         checked_file(path, manifest, name)

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from torch_stablehlo.exporter import load_artifact
+from torch_stablehlo.exporter import BundleError, load_artifact
+from torch_stablehlo.exporter.formats import bundle
 from torch_stablehlo.exporter.formats.bundle import load_manifest
 
 ROOT = Path(__file__).parents[2]
@@ -115,3 +116,26 @@ def test_saved_files_get_the_users_umask(small, tmp_path, umask, file_mode, fold
     assert stat.S_IMODE(path.stat().st_mode) == folder_mode
     assert {p.name: stat.S_IMODE(p.stat().st_mode) for p in path.iterdir()} == \
         {name: file_mode for name in ("manifest.json", "module.mlir", "module.mlirbc", "weights.safetensors")}
+
+
+def test_a_save_that_swaps_the_folder_during_a_load_does_not_make_it_look_corrupt(small, saved, monkeypatch):
+    """The loader read the old manifest, then a save swapped the new folder in: its files no longer match that
+    manifest. The load notices the folder changed and reads the new one."""
+    real, swapped = bundle.checked_file, []
+
+    def save_midway(path, manifest, name):
+        if not swapped:
+            swapped.append(small[1].save(saved, target_version="current", include_text=False))
+        return real(path, manifest, name)
+
+    monkeypatch.setattr(bundle, "checked_file", save_midway)
+    loaded = load_artifact(saved)
+    assert swapped and not (saved / "module.mlir").exists()
+    x = torch.randn(3, 8)
+    torch.testing.assert_close(loaded(x), small[0](x), rtol=1e-5, atol=1e-5)  # f32 matmul of 8 terms
+
+
+def test_a_corrupt_bundle_is_still_an_error_when_nothing_swapped_it(saved):
+    (saved / "module.mlir").write_text("changed")
+    with pytest.raises(BundleError, match="module.mlir is truncated"):
+        load_artifact(saved)
