@@ -6,7 +6,8 @@ torch's ``treespec_loads`` imports any module a spec names (an enum's ``fqn``, a
 one torch has registered already, or one from a module in ``TRUSTED_MODULES`` (installed packages the caller
 trusts by having installed them: builtins, collections, torch, transformers, so that ``isinstance(out,
 CausalLMOutputWithPast)`` keeps working); any other type is rebuilt as a plain container (a dict where the node
-names its children's keys, else a tuple), with one warning. Contexts are plain JSON (keys, or nothing).
+names its children's keys, else a tuple), with one warning. Contexts are plain JSON (keys, or nothing); a
+namedtuple's is its registered name; a ``defaultdict`` comes back as a plain dict (its factory is never imported).
 """
 from __future__ import annotations
 
@@ -19,8 +20,8 @@ import torch.utils._pytree as pytree
 TRUSTED_MODULES = ("builtins", "collections", "torch", "transformers")
 """Packages whose registered pytree node types a spec may name (a type's module is imported only from these)."""
 MAX_DEPTH = 64
-_REBUILT_AS_DICT = {"collections.defaultdict"}  # its context names a factory to import: a plain dict instead
 _UNNAMED = pytree.NO_SERIALIZED_TYPE_NAME_FOUND
+_NAMEDTUPLE, _DEFAULTDICT = "collections.namedtuple", "collections.defaultdict"
 
 
 class TreeSpecError(ValueError):
@@ -53,25 +54,37 @@ def _node(node, depth: int, untrusted: set[str]) -> pytree.TreeSpec:
     if depth > MAX_DEPTH:
         raise TreeSpecError(f"nested deeper than {MAX_DEPTH} levels")
     if not isinstance(node, dict) or not {"type", "context", "children_spec"} <= set(node) or \
-            not isinstance(node["children_spec"], list) or not isinstance(node["type"], (str, type(None))) or \
-            not isinstance(node["context"], (str, type(None))):
-        raise TreeSpecError("expected each node to be {type: text or null, context: text or null, children_spec: [...]}")
+            not isinstance(node["children_spec"], list) or not isinstance(node["type"], (str, type(None))):
+        raise TreeSpecError("expected each node to be {type: text or null, context, children_spec: [...]}")
     children = [_node(child, depth + 1, untrusted) for child in node["children_spec"]]
-    if node["type"] is None:
-        if children:
-            raise TreeSpecError("a leaf (type null) has children")
+    name, context = node["type"], node["context"]
+    if name is None:
+        if children or context is not None:
+            raise TreeSpecError("a leaf (type null) has children or a context")
         return pytree.treespec_leaf()
-    context = _context(node["context"], len(children))
-    node_type = _trusted_type(node["type"])
-    if node_type is pytree.namedtuple:
-        node_type, context = (node_type, _trusted_type(context)) if isinstance(context, str) else (None, None)
-        if context is None:
-            untrusted.add(f"namedtuple {node['context']}")
+    if name == _DEFAULTDICT:  # its context names a factory to import: a plain dict of the same keys instead
+        keys = context.get("dict_context") if isinstance(context, dict) else None
+        return pytree.TreeSpec(dict, _keys(keys, len(children)), children)
+    if not isinstance(context, (str, type(None))):
+        raise TreeSpecError(f"a {name} node's context is {type(context).__name__}; expected text or null")
+    if name == _NAMEDTUPLE:  # the context is the class's registered name, as text
+        named = _trusted_type(context) if context else None
+        if named is None:
+            untrusted.add(f"namedtuple {context}")
             return pytree.TreeSpec(tuple, None, children)
+        return pytree.TreeSpec(pytree.namedtuple, named, children)
+    context = _context(context, len(children))
+    node_type = _trusted_type(name)
     if node_type is None:
-        untrusted.add(node["type"])
+        untrusted.add(name)
         return _plain(context, children)
     return pytree.TreeSpec(node_type, context, children)
+
+
+def _keys(keys, count: int) -> list:
+    if not isinstance(keys, list) or len(keys) != count or not all(isinstance(key, (str, int)) for key in keys):
+        raise TreeSpecError(f"a node's keys {str(keys)[:60]} do not name its {count} children")
+    return keys
 
 
 def _context(text: str | None, count: int):
@@ -81,8 +94,7 @@ def _context(text: str | None, count: int):
     except (ValueError, RecursionError):
         raise TreeSpecError(f"a node's context is not JSON: {text[:60]!r}") from None
     if isinstance(context, list):
-        if len(context) != count or not all(isinstance(key, (str, int)) for key in context):
-            raise TreeSpecError(f"a node's keys {context[:8]!r} do not name its {count} children")
+        _keys(context, count)
     elif context is not None and not isinstance(context, (int, str)):
         raise TreeSpecError(f"a node's context is {type(context).__name__}; expected keys, a name or a number")
     return context
@@ -90,7 +102,7 @@ def _context(text: str | None, count: int):
 
 def _trusted_type(name: str):
     """The class registered under ``name``, importing its module only from TRUSTED_MODULES; None otherwise."""
-    if name == _UNNAMED or name in _REBUILT_AS_DICT:
+    if name == _UNNAMED:
         return None
     module = name.rpartition(".")[0]
     if name not in pytree.SERIALIZED_TYPE_TO_PYTHON_TYPE and module.split(".")[0] in TRUSTED_MODULES:

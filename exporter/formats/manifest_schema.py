@@ -154,12 +154,14 @@ def check_manifest(manifest, where: str) -> None:
 
 def check_slots(manifest: dict, signature, where: str) -> None:
     """Raise BundleError unless the signature's slots fit together: each input the artifact holds (weights, state)
-    names a weight of the same shape and dtype; ``rng_seed`` is at most one 0-d int64, the last input; a scalar
-    output is 0-d."""
+    names a weight of the same shape and dtype; a sharding splits dims of its tensor over distinct axes of the mesh;
+    ``rng_seed`` is at most one 0-d int64, the last input; a scalar output is 0-d."""
     try:
         for index, slot in enumerate(signature.inputs):
             if slot.kind in HELD_KINDS:
                 _check_held(manifest, slot, f"signature.inputs[{index}]")
+            if slot.sharding is not None:
+                _check_sharding(signature.mesh or {}, slot, f"signature.inputs[{index}].sharding")
             if slot.kind == "rng_seed" and (index != len(signature.inputs) - 1 or slot.tensor is None
                                             or (slot.tensor.dtype, slot.tensor.shape) != ("int64", ())):
                 raise SchemaError(f"signature.inputs[{index}]", "an rng_seed input is the last, a 0-d int64")
@@ -168,6 +170,14 @@ def check_slots(manifest: dict, signature, where: str) -> None:
                 raise SchemaError(f"signature.outputs[{index}].tensor", "a scalar output is a 0-d tensor")
     except SchemaError as error:
         raise BundleError(f"{where} is invalid: {error}") from None
+
+
+def _check_sharding(mesh: dict, slot, field: str) -> None:
+    axes = [axis for dim in slot.sharding for axis in dim]
+    if slot.tensor is None or len(slot.sharding) > len(slot.tensor.shape) or not set(axes) <= set(mesh) \
+            or len(set(axes)) != len(axes):
+        raise SchemaError(field, f"expected at most one entry per dim, each naming distinct axes of the signature's "
+                                 f"mesh {mesh}; got {slot.sharding}")
 
 
 def _check_held(manifest: dict, slot, field: str) -> None:

@@ -1,5 +1,6 @@
 """Manifests are data: dim texts are parsed by our grammar (never evaluated), pytree node types come only from
 trusted modules (a bundle's own Python is never imported), and every malformed field is a BundleError naming it."""
+import collections
 import json
 import subprocess
 import sys
@@ -197,3 +198,12 @@ def test_the_cli_refuses_a_dim_text_that_would_run_code(saved, tmp_path, command
                           capture_output=True, text=True, timeout=300)
     assert done.returncode != 0 and "signature.inputs[2].tensor.shape[0]" in done.stderr, done.stderr[-2000:]
     assert not marker.exists()
+
+
+def test_registered_namedtuples_come_back_and_defaultdicts_are_plain_dicts_of_their_keys():
+    Pair = collections.namedtuple("Pair", "a b")
+    pytree._register_namedtuple(Pair, serialized_type_name="tests.security.Pair")
+    value = (Pair(1, 2), collections.defaultdict(list, {"k": 3}))
+    loaded = load_treespec(pytree.treespec_dumps(pytree.tree_flatten(value)[1]))
+    pair, plain = pytree.tree_unflatten([1, 2, 3], loaded)
+    assert type(pair) is Pair and pair == (1, 2) and type(plain) is dict and plain == {"k": 3}
