@@ -3,10 +3,11 @@
 The key covers the module, the platform and its version, jaxlib's version and the compile
 options (their serialized proto, which includes XLA's debug options from ``$XLA_FLAGS``),
 so an executable built with other options is never returned.
-Entries carry a checksum: a corrupt or unreadable entry is deleted and rebuilt.
+Entries carry their key and a checksum over key and payload, checked on read: a corrupt or unreadable entry, or
+one copied over another key's name, is deleted and rebuilt.
 Writes go to a temporary file renamed into place, so processes writing at once
-are safe; the folder is kept under a size bound by evicting the least recently
-used entries. The folder is measured (every entry stat-ed) at a process's first
+are safe (a failed write removes its temporary file); the folder is kept under a size bound by evicting the
+least recently used entries, temporary files left by killed writers included. The folder is measured (every entry stat-ed) at a process's first
 write, and again only once the bound could be passed or this process has written
 1/64 of it since: measuring it at every write made each write cost a walk of
 thousands of entries.
@@ -14,13 +15,19 @@ thousands of entries.
 Location: ``$TORCH_STABLEHLO_CACHE_DIR`` (``off`` disables the cache), else
 ``~/.cache/torch-stablehlo/executables``; bound: ``$TORCH_STABLEHLO_CACHE_MAX_BYTES``
 (default 2 GiB).
+
+Entries are native code this process runs, so the folder must be the user's own: one owned by another user, or
+writable by group or others, is refused with one warning and compilation goes on without it, unless
+``$TORCH_STABLEHLO_CACHE_SHARED=1`` says the cache is shared on purpose. A folder the cache creates is ``0700``.
 """
 from __future__ import annotations
 
 import hashlib
 import json
 import os
+import stat
 import tempfile
+import warnings
 from functools import lru_cache
 from pathlib import Path
 
@@ -29,9 +36,11 @@ from jaxlib import _jax
 
 DIR_VARIABLE = "TORCH_STABLEHLO_CACHE_DIR"
 MAX_BYTES_VARIABLE = "TORCH_STABLEHLO_CACHE_MAX_BYTES"
+SHARED_VARIABLE = "TORCH_STABLEHLO_CACHE_SHARED"
 DEFAULT_MAX_BYTES = 2 * 1024 ** 3
-_MAGIC = b"TSHX1"
+_MAGIC = b"TSHX2"  # 2: the entry's key, then a checksum over key and payload
 _DIGEST = hashlib.sha256().digest_size
+_TEMPORARY = ".tmp-"
 
 
 class CompileCache:
@@ -47,6 +56,8 @@ class CompileCache:
         of the folder carries from one write to the next)."""
         directory = os.environ.get(DIR_VARIABLE, str(Path.home() / ".cache" / "torch-stablehlo" / "executables"))
         if directory.lower() == "off":
+            return None
+        if not _usable(directory, os.environ.get(SHARED_VARIABLE, "") not in ("", "0")):
             return None
         return _shared(directory, int(os.environ.get(MAX_BYTES_VARIABLE, DEFAULT_MAX_BYTES)))
 
@@ -85,8 +96,8 @@ class CompileCache:
             blob = path.read_bytes()
         except OSError:
             return None
-        payload = blob[len(_MAGIC) + _DIGEST:]
-        if not blob.startswith(_MAGIC) or blob[len(_MAGIC):len(_MAGIC) + _DIGEST] != hashlib.sha256(payload).digest():
+        payload = _payload(blob, key)
+        if payload is None:  # corrupt, from an older format, or another key's entry copied over this one
             path.unlink(missing_ok=True)
             return None
         try:
@@ -102,9 +113,14 @@ class CompileCache:
         key = digest(parts)
         payload = client.serialize_executable(executable)
         self.directory.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=self.directory, prefix=".tmp-", delete=False) as handle:
-            handle.write(_MAGIC + hashlib.sha256(payload).digest() + payload)
-        os.replace(handle.name, self.directory / key)
+        handle = tempfile.NamedTemporaryFile(dir=self.directory, prefix=_TEMPORARY, delete=False)
+        try:
+            with handle:
+                handle.write(_entry(key, payload))
+            os.replace(handle.name, self.directory / key)
+        except BaseException:  # a full disk, an interrupt: no temporary file left behind
+            Path(handle.name).unlink(missing_ok=True)
+            raise
         _parts_file(self.directory / key).write_text(json.dumps(parts))
         self._written += len(payload)
         if (self._measured is None or self._measured + self._written > self.max_bytes
@@ -112,11 +128,12 @@ class CompileCache:
             self._evict()
 
     def _evict(self) -> None:
-        """Measure the folder and delete least recently used entries until it is within the bound."""
+        """Measure the folder (entries, and temporary files a killed writer left) and delete the least recently
+        used until it is within the bound."""
         entries = []
         for path in self.directory.iterdir():
             try:
-                if not path.name.startswith("."):
+                if not path.name.startswith(".") or path.name.startswith(_TEMPORARY):
                     stat = path.stat()
                     entries.append((stat.st_mtime, stat.st_size, path))
             except OSError:  # removed by another process meanwhile
@@ -134,6 +151,40 @@ class CompileCache:
 @lru_cache(maxsize=None)
 def _shared(directory: str, max_bytes: int) -> CompileCache:
     return CompileCache(directory, max_bytes)
+
+
+@lru_cache(maxsize=None)
+def _usable(directory: str, shared: bool) -> bool:
+    """Whether the cache may use ``directory`` (created ``0700`` if missing): the user's own and writable by no one
+    else, or ``shared`` on purpose. Warns once per folder when not."""
+    try:
+        Path(directory).mkdir(mode=0o700, parents=True, exist_ok=True)
+        status = os.stat(directory)
+    except OSError:  # cannot be made: nothing to read, and writes would fail
+        return False
+    problem = ("it is owned by another user" if status.st_uid != os.getuid() else
+               "group or others can write to it" if status.st_mode & (stat.S_IWGRP | stat.S_IWOTH) else None)
+    if problem is not None and not shared:
+        warnings.warn(f"compile cache {directory} is not used: {problem}, and its entries are native code this "
+                      f"process would run; compiling without it. Use a folder of your own (${DIR_VARIABLE}), or set "
+                      f"${SHARED_VARIABLE}=1 if the cache is shared on purpose", stacklevel=3)
+        return False
+    return True
+
+
+def _entry(key: str, payload: bytes) -> bytes:
+    """An entry's bytes: magic, its key, a checksum over key and payload, the payload."""
+    bound = bytes.fromhex(key)
+    return _MAGIC + bound + hashlib.sha256(bound + payload).digest() + payload
+
+
+def _payload(blob: bytes, key: str) -> bytes | None:
+    """The payload of an entry read for ``key``; None unless it was written for that key and is intact."""
+    header = len(_MAGIC) + 2 * _DIGEST
+    bound, checksum, payload = blob[len(_MAGIC):len(_MAGIC) + _DIGEST], blob[len(_MAGIC) + _DIGEST:header], blob[header:]
+    if not blob.startswith(_MAGIC) or bound != bytes.fromhex(key):
+        return None
+    return payload if hashlib.sha256(bound + payload).digest() == checksum else None
 
 
 def digest(parts: dict[str, str]) -> str:

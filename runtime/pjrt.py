@@ -3,11 +3,17 @@
 Global JAX config is never changed: 64-bit inputs are placed on the device
 inside ``jax.enable_x64`` (a scoped setting) so int64/float64 stay 64-bit.
 A module partitioned over a device mesh runs SPMD on its devices (see ``runtime.spmd``).
+
+Compiled executables stay in memory, at most ``MAX_EXECUTABLES`` (``$TORCH_STABLEHLO_MAX_EXECUTABLES``, default
+64) in this process and as many per artifact (one per shape signature of a dynamic module); past that the least
+recently used is dropped (a later call at its shapes loads it from the disk cache, or compiles it again).
 """
 from __future__ import annotations
 
 import hashlib
+import os
 import threading
+from collections import OrderedDict
 import time
 from functools import lru_cache
 from typing import Sequence
@@ -24,7 +30,30 @@ from . import spmd
 from .analysis import ANALYSIS
 from .compile_cache import CompileCache, digest
 
-_COMPILED: dict[tuple[str, str], object] = {}
+MAX_EXECUTABLES = int(os.environ.get("TORCH_STABLEHLO_MAX_EXECUTABLES", 64))
+
+
+class LeastRecentlyUsed(OrderedDict):
+    """A dict of at most ``maxsize`` items: reading one makes it the most recent, and adding one past the bound
+    drops the least recently used."""
+
+    def __init__(self, maxsize: int = MAX_EXECUTABLES):
+        super().__init__()
+        self.maxsize = maxsize
+
+    def __getitem__(self, key):
+        value = super().__getitem__(key)
+        self.move_to_end(key)
+        return value
+
+    def __setitem__(self, key, value):
+        super().__setitem__(key, value)
+        self.move_to_end(key)
+        while len(self) > self.maxsize:
+            self.popitem(last=False)
+
+
+_COMPILED: LeastRecentlyUsed = LeastRecentlyUsed()  # (module fingerprint, platform) -> LoadedExecutable
 _COMPILE_LOCK = threading.Lock()
 STATS = {"compiled": 0, "disk_hits": 0}  # this process: XLA compilations, and loads from the disk cache
 
@@ -83,7 +112,7 @@ class Executable:
         with _COMPILE_LOCK:
             if key not in _COMPILED:
                 _COMPILED[key] = self._load_or_compile(mlir_text, key[0], arg_shapes)
-        self._loaded = _COMPILED[key]
+            self._loaded = _COMPILED[key]
         self._layouts = None
 
     def _load_or_compile(self, mlir_text: str, module_fingerprint: str, arg_shapes=None):
@@ -172,5 +201,5 @@ def device_mesh(platform: str, axes: tuple[tuple[str, int], ...]) -> jax.shardin
 
 
 def compiled_count() -> int:
-    """How many distinct modules this process has compiled (for tests of the cache)."""
+    """How many compiled modules this process holds (at most ``MAX_EXECUTABLES``; for tests of the cache)."""
     return len(_COMPILED)

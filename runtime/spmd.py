@@ -15,7 +15,7 @@ from typing import Callable, Sequence
 import jax
 import numpy as np
 from jax._src.sharding_impls import GSPMDSharding  # jax's own form of a compiled program's layouts
-from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
+from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec, SingleDeviceSharding
 from jaxlib import _jax
 
 MeshAxes = dict[str, int]
@@ -56,8 +56,11 @@ def compile_options(options, mesh: Mesh):
 
 
 def parameter_layouts(loaded, mesh: Mesh) -> list[GSPMDSharding]:
-    """How the compiled SPMD program takes each argument."""
-    return [GSPMDSharding(tuple(mesh.devices.flat), s) for s in loaded.get_parameter_shardings()]
+    """How the compiled SPMD program takes each argument (a one-device mesh's program reports none: whole)."""
+    shardings = loaded.get_parameter_shardings()
+    if shardings is None:
+        return [SingleDeviceSharding(mesh.devices.flat[0])] * len(loaded.get_parameter_layouts())
+    return [GSPMDSharding(tuple(mesh.devices.flat), s) for s in shardings]
 
 
 def place(shape: Sequence[int], layout: jax.sharding.Sharding, read: Callable[[tuple], np.ndarray]) -> jax.Array:

@@ -75,7 +75,8 @@ def normalize_spec(spec) -> Spec:
                         f"axis names, or None), got {spec!r}")
     dims = []
     for entry in spec:
-        axes = () if entry is None else (entry,) if isinstance(entry, str) else tuple(entry)
+        axes = () if entry is None else (entry,) if isinstance(entry, str) else \
+            tuple(entry) if isinstance(entry, Sequence) else (entry,)
         if not all(isinstance(axis, str) for axis in axes):
             raise TypeError(f"sharding spec {spec!r}: each dim is a mesh axis name, a tuple of them, or None; "
                             f"got {entry!r}")

@@ -16,6 +16,7 @@ from jaxlib.mlir import ir
 from model_explorer import visualize
 from model_explorer.node_data_builder import GraphNodeData, ModelNodeData, NodeDataResult
 
+from torch_stablehlo.exporter.formats import bundle
 from torch_stablehlo.stablehlo_ir.mlir_context import make_context
 from torch_stablehlo.stablehlo_ir.refine import main_function
 
@@ -59,13 +60,14 @@ def overlays(module_text: str, divergence: dict | None = None) -> dict[str, Mode
     return shown
 
 
-def module_path(bundle: Path) -> Path:
-    """The bundle's readable module (Model Explorer reads ``.mlir`` text)."""
-    text = Path(bundle) / "module.mlir"
-    if not text.is_file():
-        raise FileNotFoundError(f"{bundle} has no module.mlir (saved with --no-text?); re-save it with the text "
+def module_path(path: Path) -> Path:
+    """The bundle's readable module (Model Explorer reads ``.mlir`` text), checked as ``load_artifact`` checks it."""
+    path = Path(path)
+    manifest = bundle.load_manifest(path)
+    if bundle.MODULE_TEXT not in manifest["files"]:
+        raise FileNotFoundError(f"{path} has no module.mlir (saved with --no-text?); re-save it with the text "
                                 "to explore it")
-    return text
+    return bundle.checked_file(path, manifest, bundle.MODULE_TEXT)
 
 
 def write_overlays(shown: dict[str, ModelNodeData], out: Path) -> list[Path]:

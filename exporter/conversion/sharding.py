@@ -93,7 +93,10 @@ def _resolve(signature: Signature, mesh: dict[str, int], shardings: Mapping) -> 
         if not matched and key not in optional:
             raise ShardingError(f"shardings key {key!r} matches no input or weight; names are e.g. "
                                 f"{', '.join(s.name for s in slots[:6])}{', ...' if len(slots) > 6 else ''}")
-        spec = normalize_spec(value)
+        try:
+            spec = normalize_spec(value)
+        except TypeError as error:
+            raise ShardingError(f"shardings[{key!r}]: {error}") from None
         for slot in matched:
             full = _check_spec(slot.name, spec, slot.tensor.shape, mesh)
             if slot.name in specs and specs[slot.name] != full:

@@ -2,8 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
-import importlib
-import re
+import math
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -13,15 +12,16 @@ import torch.utils._pytree as pytree
 from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
 from torch_stablehlo.aten_lowerings import RNG_SEED_DTYPE, RNG_SEED_NAME, uses_random
-from torch_stablehlo.exported_program import (HELD_KINDS, INPUT_UPDATE, OUTPUT_KINDS, STATE, STATE_UPDATE, USER_OUTPUT,
-                                              WEIGHT_KINDS, input_kinds)
+from torch_stablehlo.exported_program import (HELD_KINDS, INPUT_KINDS, INPUT_UPDATE, OUTPUT_KINDS, STATE, STATE_UPDATE,
+                                              USER_OUTPUT, WEIGHT_KINDS, input_kinds)
 from torch_stablehlo.stablehlo_ir.dtypes import PYTHON_SCALAR_DTYPES, scalar_type, uncarried
 from torch_stablehlo.stablehlo_ir.sharding import Spec, normalize_spec, num_devices, spec_text
 from torch_stablehlo.stablehlo_ir.specs import TensorSpec, dtype_name
 
-from ..errors import InputError
+from ..errors import DimensionError, InputError
 from . import symbolic_dims
 from .inplace import written_placeholders
+from .trees import load_treespec
 
 
 @dataclass(frozen=True)
@@ -74,6 +74,7 @@ class OutputSlot:
 
 
 _SCALAR_TYPES = {python.__name__: python for python in PYTHON_SCALAR_DTYPES}  # as the manifest names them
+SCALAR_NAMES = frozenset(_SCALAR_TYPES)
 
 
 @dataclass
@@ -87,6 +88,7 @@ class Signature:
     # outputs (as 0-d int64), and the outputs come back padded along those dims (see ``output_values``)
     sizes: list[str] = field(default_factory=list)
     mesh: dict[str, int] | None = None  # device mesh (axis -> size) @main is partitioned over; None: one device
+    arg_names: list[str] = field(default_factory=list)  # forward's positional parameters, which calls may name
     _trees: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -156,14 +158,29 @@ class Signature:
         """Bind the symbolic dims from the tensor inputs (``@main`` order) and check each against its range and
         the other dims it must equal; raises DimensionError. Returns symbol -> size."""
         specs = [s.tensor for s in self.user_inputs if s.tensor is not None]
-        return symbolic_dims.check_dims(specs, tensors, self.dims) if self.is_dynamic else {}
+        sizes = symbolic_dims.check_dims(specs, tensors, self.dims) if self.is_dynamic else {}
+        self._check_splits(tensors)
+        return sizes
+
+    def _check_splits(self, tensors: list) -> None:
+        """Raise DimensionError if an input dim split over mesh axes is not a multiple of their device count (a
+        symbolic dim can be any size in its range; XLA would pad the last shard and return wrong rows)."""
+        slots = [s for s in self.user_inputs if s.tensor is not None]
+        for slot, value in zip(slots, tensors):
+            for dim, axes in enumerate(slot.sharding or ()):
+                parts = math.prod(self.mesh[axis] for axis in axes)
+                if value.shape[dim] % parts:
+                    raise DimensionError(
+                        f"input '{slot.name}' dim {dim} is {value.shape[dim]}, but it is split over the mesh axes "
+                        f"{', '.join(map(repr, axes))} ({parts} devices): give a multiple of {parts}, or export "
+                        f"without splitting dim {dim}")
 
     def tensor_inputs(self, args: tuple, kwargs: dict) -> list:
         """The tensor leaves of ``(args, kwargs)`` in ``@main`` order, after checking the structure
         and that every non-tensor input has the value export specialised it to."""
         in_spec = self.tree("in_spec")
-        args, kwargs = self._bound_by_name(args, kwargs, in_spec)
         expected_positional = in_spec.child(0).num_children
+        args, kwargs = self._positional_by_name(tuple(args), kwargs, expected_positional)
         if len(args) != expected_positional:
             raise InputError(f"expected {expected_positional} positional input(s), got {len(args)} "
                              f"(inputs: {', '.join(s.name for s in self.user_inputs)})")
@@ -183,17 +200,13 @@ class Signature:
                 raise InputError(f"input '{slot.name}' was specialised to {slot.value!r} at export; got {value!r}")
         return [value for slot, value in zip(self.user_inputs, flat) if slot.tensor is not None]
 
-    def _bound_by_name(self, args: tuple, kwargs: dict, in_spec) -> tuple[tuple, dict]:
-        """``(args, kwargs)`` with the positional inputs missing from ``args`` taken from ``kwargs`` by name, as a
-        Python call binds them (``art(input_ids=ids)`` for ``forward(self, input_ids)``); only where every
-        positional input is one leaf, named as its slot."""
-        positional = in_spec.child(0)
-        names = [s.name for s in self.user_inputs[:positional.num_children]][len(args):]
-        leaves = all(positional.child(i).is_leaf() for i in range(positional.num_children))
-        if not names or not leaves or not all(name in kwargs for name in names):
+    def _positional_by_name(self, args: tuple, kwargs: dict, count: int) -> tuple[tuple, dict]:
+        """``(args, kwargs)`` with the positional parameters a call names (``art(x=x, idx=idx)``, as eager takes
+        them) moved to ``args``, when every one after those given by position is named."""
+        named = self.arg_names[len(args):count]
+        if len(args) >= count or len(named) != count - len(args) or not all(name in kwargs for name in named):
             return args, kwargs
-        rest = {key: value for key, value in kwargs.items() if key not in names}
-        return (*args, *(kwargs[name] for name in names)), rest
+        return (*args, *(kwargs[name] for name in named)), {k: v for k, v in kwargs.items() if k not in named}
 
     def output_values(self, results: list) -> list:
         """``@main``'s results, one per ``main_outputs`` slot, in the slot's dtype (``stablehlo_ir.dtypes.CARRIED``);
@@ -217,21 +230,21 @@ class Signature:
 
     def tree(self, which: str) -> pytree.TreeSpec:
         if which not in self._trees:
-            self._trees[which] = _load_treespec(getattr(self, which))
+            self._trees[which] = load_treespec(getattr(self, which))
         return self._trees[which]
 
     def to_json(self) -> dict:
         return {"inputs": [s.to_json() for s in self.inputs],
                 "outputs": [s.to_json() for s in self.outputs],
                 "in_spec": self.in_spec, "out_spec": self.out_spec, "dims": self.dims, "sizes": self.sizes,
-                "mesh": self.mesh}
+                "mesh": self.mesh, "arg_names": self.arg_names}
 
     @classmethod
     def from_json(cls, data: dict) -> "Signature":
         return cls([InputSlot.from_json(s) for s in data["inputs"]],
                    [OutputSlot.from_json(s) for s in data["outputs"]],
                    data["in_spec"], data["out_spec"], data["dims"], data.get("sizes", []),
-                   data.get("mesh"))
+                   data.get("mesh"), data.get("arg_names", []))
 
     def __str__(self) -> str:
         lines = [f"mesh: {self.mesh} ({self.num_devices} devices)"] if self.mesh else []
@@ -255,6 +268,11 @@ class Signature:
 
 def _sharding_note(slot: InputSlot) -> str:
     return f"  sharded {spec_text(slot.sharding)}" if slot.sharding is not None else ""
+
+
+OUTPUT_SLOT_KINDS = frozenset(OUTPUT_KINDS.values())
+INPUT_SLOT_KINDS = frozenset({kind.name for kind in INPUT_KINDS.values()} | {STATE, "rng_seed"})
+"""The kinds an input slot may have (a manifest's are checked against them)."""
 
 
 def program_input_kinds(ep: torch.export.ExportedProgram) -> list[str | None]:
@@ -314,7 +332,8 @@ def signature_of(ep: torch.export.ExportedProgram) -> Signature:
     signature = Signature(inputs, outputs, pytree.treespec_dumps(_serializable(in_spec)),
                           pytree.treespec_dumps(_serializable(out_spec)), _dim_ranges(ep),
                           data_dependent_sizes(n.meta.get("val") for n in output_node.args[0]
-                                               if isinstance(n, torch.fx.Node)))
+                                               if isinstance(n, torch.fx.Node)),
+                          arg_names=list(call_signature.forward_arg_names or [])[:in_spec.child(0).num_children])
     signature._trees.update(in_spec=in_spec, out_spec=out_spec)  # in this process: the exact types
     return signature
 
@@ -381,21 +400,6 @@ def _has_serialized_name(spec: pytree.TreeSpec) -> bool:
     return registered is not None and registered.serialized_type_name != "NO_SERIALIZED_TYPE_NAME_FOUND"
 
 
-def _load_treespec(serialized: str) -> pytree.TreeSpec:
-    """``treespec_loads``, first importing the modules that register the spec's node types.
-
-    A spec can name types such as transformers' ModelOutput classes, which torch
-    knows only once their module has been imported (e.g. in a fresh process).
-    """
-    for type_name in set(re.findall(r'"type": "([\w.]+)\.\w+"', serialized)):
-        try:
-            importlib.import_module(type_name)
-        except ImportError as error:
-            raise ImportError(f"the artifact's pytree names types from '{type_name}', which cannot be "
-                              f"imported here ({error}); install it to call this artifact") from error
-    return pytree.treespec_loads(serialized)
-
-
 def _plain(value):
     return value if isinstance(value, (int, float, bool, str, type(None))) else repr(value)
 
@@ -408,6 +412,9 @@ def validate_inputs(specs: Sequence[TensorSpec], values: Sequence) -> None:
         if not isinstance(value, torch.Tensor):
             raise InputError(f"input '{spec.name}': expected a torch.Tensor of dtype {spec.dtype} "
                              f"and shape {_shape_text(spec.shape)}, got {type(value).__name__}")
+        if value.layout != torch.strided:
+            raise InputError(f"input '{spec.name}': expected a dense tensor, got a "
+                             f"{str(value.layout).removeprefix('torch.')} one; pass it as tensor.to_dense()")
         if value.dtype != spec.torch_dtype:
             raise InputError(f"input '{spec.name}': expected dtype {spec.dtype}, got "
                              f"{str(value.dtype).removeprefix('torch.')}")

@@ -9,7 +9,6 @@ equal to its expression.
 from __future__ import annotations
 
 import dataclasses
-import re
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Sequence
@@ -20,15 +19,14 @@ import torch
 from torch_stablehlo.stablehlo_ir.specs import TensorSpec
 
 from ..errors import DimensionError
+from . import dim_grammar
 
-_NAME = re.compile(r"[A-Za-z_]\w*(?!\w|\s*\()")  # identifiers, not function names
 
-
-@lru_cache(maxsize=None)
+@lru_cache(maxsize=4096)
 def parse_dim(text: str) -> sympy.Expr:
-    """The sympy expression of a symbolic dim's text; every name in it is an integer symbol."""
-    names = {name: sympy.Symbol(name, integer=True) for name in _NAME.findall(text)}
-    return sympy.parse_expr(text, local_dict=names)
+    """The sympy expression of a symbolic dim's text (parsed by ``dim_grammar``, never evaluated); every name in it
+    is an integer symbol. Raises ``dim_grammar.DimSyntaxError``."""
+    return dim_grammar.parse(text)
 
 
 # -- names -------------------------------------------------------------------------------------------------
@@ -46,7 +44,7 @@ def user_dim_names(ep: torch.export.ExportedProgram) -> dict[str, str]:
     if shape_env is None:
         return {}
     debug_names = getattr(shape_env, "source_name_to_debug_name", {})
-    symbols = {symbol for expr in ep.range_constraints for symbol in sympy.sympify(expr).free_symbols}
+    symbols = {symbol for expr in ep.range_constraints for symbol in expr.free_symbols}
     names: dict[str, str] = {}
     for symbol in sorted(symbols, key=str):
         for source in shape_env.var_to_sources.get(symbol, []):

@@ -37,7 +37,7 @@ class StableHLOArtifact:
         self.signature = signature
         self.weights = weights
         self.platform = platform
-        self._executables: dict[tuple, pjrt.Executable] = {}  # by @main's argument shapes where dynamic
+        self._executables = pjrt.LeastRecentlyUsed()  # by @main's argument shapes where dynamic (bounded)
         self._device_weights: dict[str, object] = {}
         self._device_state: dict[str, object] = {}  # each state slot's value after the last call, by target
         self._weight_readers: dict[str, object] = {}  # weights read shard by shard from files (load_artifact)
@@ -216,15 +216,17 @@ class StableHLOArtifact:
 
 
 def load_artifact(path: str | os.PathLike, *, platform: str = "cpu", weights=None,
-                  local_shards: bool = False) -> StableHLOArtifact:
+                  local_shards: bool = False, trusted: bool = False) -> StableHLOArtifact:
     """Read a bundle written by ``StableHLOArtifact.save``; raises BundleError if a file is missing,
     truncated or corrupt, BundleVersionError if it needs a newer StableHLO or bundle format.
 
     ``weights`` (a safetensors file, files, a folder or a dict; see ``attach_weights``) gives a weightless
     bundle its weights. ``local_shards`` (for a program over a mesh, e.g. one process of several under
     ``jax.distributed``): read from the bundle's files only the weight shards this process's devices hold,
-    when they are first placed; such an artifact runs but holds no weight values of its own."""
-    loaded = bundle.load_bundle(path, local_shards=local_shards)
+    when they are first placed; such an artifact runs but holds no weight values of its own. ``trusted``: the
+    caller vouches for the bundle, whose module is then read without first reading it in a child process (which
+    protects this process from crafted bytecode, for about half a second; see docs/security.md)."""
+    loaded = bundle.load_bundle(path, local_shards=local_shards, trusted=trusted)
     if local_shards and not loaded.signature.mesh:
         raise ValueError(f"{path}: local_shards reads the shards of a program over a device mesh; this bundle's "
                          "program runs on one device (load it without local_shards)")

@@ -47,7 +47,7 @@ def save_saved_model(artifact, path: str | os.PathLike, *, signature_name: str =
     if artifact.signature.takes_rng_seed:
         signatures[SEEDED_SIGNATURE.format(signature_name)] = served.serve.get_concrete_function(
             *served.input_specs, seed=tf.TensorSpec([], tf.int64, name=SEED_INPUT))
-    with staged_folder(path, "saved_model.pb", "a SavedModel folder") as staging:
+    with staged_folder(path, "a SavedModel folder") as staging:
         tf.saved_model.save(served, str(staging), signatures=signatures)
     return Path(path)
 

@@ -7,6 +7,7 @@ tensors): such an artifact is *weightless*; its weights are attached later by na
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 
 import safetensors
@@ -91,13 +92,26 @@ def _source_name(source) -> str:
     return "a dict of tensors" if isinstance(source, dict) else str(source)
 
 
+def _folder_files(folder: Path) -> list[Path]:
+    """The ``*.safetensors`` files of ``folder``, each a regular file right inside it (a link is refused, before
+    anything is opened: a folder's files stay inside it). Files named one by one may be links: the caller chose them."""
+    files = sorted(folder.glob("*.safetensors"))
+    for file in files:
+        mode = os.lstat(file).st_mode
+        if stat.S_ISLNK(mode) or not stat.S_ISREG(mode):
+            raise WeightsError(f"cannot attach weights from the folder {folder}: {file.name} is "
+                               f"{'a link' if stat.S_ISLNK(mode) else 'not a regular file'}; name such a file "
+                               "explicitly (a list of files) to use it")
+    return files
+
+
 def _open(source) -> dict:
     """Name -> tensor, or a function reading it (safetensors files are read one tensor at a time)."""
     if isinstance(source, dict):
         return source
     if isinstance(source, (str, os.PathLike)):
         path = Path(source)
-        files = sorted(path.glob("*.safetensors")) if path.is_dir() else [path]
+        files = _folder_files(path) if path.is_dir() else [path]
     else:
         files = [Path(f) for f in source]
     readers = {}

@@ -96,4 +96,4 @@ def generate_signature(weight_slots: list[InputSlot], batch: int, settings: Gene
     in_spec = pytree.tree_flatten(((example,), {"attention_mask": example}))[1]
     out_spec = pytree.tree_flatten(example)[1]
     return Signature(inputs, [OutputSlot(USER_OUTPUT, None, output)], pytree.treespec_dumps(in_spec),
-                     pytree.treespec_dumps(out_spec), {dim: [1, max_len]})
+                     pytree.treespec_dumps(out_spec), {dim: [1, max_len]}, arg_names=["input_ids"])

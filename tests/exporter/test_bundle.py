@@ -208,8 +208,9 @@ def test_a_save_into_an_empty_folder_and_not_into_another_folder(tower, tmp_path
 
 STAGING_WRITER = """
 import sys, time
+from torch_stablehlo.exporter.formats.bundle import bundle_files
 from torch_stablehlo.exporter.formats.folders import staged_folder
-with staged_folder(sys.argv[1], "manifest.json", "an artifact folder") as staging:
+with staged_folder(sys.argv[1], "an artifact folder", bundle_files) as staging:
     (staging / "weights.safetensors").write_bytes(bytes(1 << 20))
     print(staging, flush=True)
     time.sleep(120)

@@ -1,0 +1,198 @@
+"""The one schema of a bundle's manifest: every field's type, checked before any field is used.
+
+A manifest is data from whoever wrote the bundle. ``check_manifest`` walks it against ``MANIFEST`` and raises
+``BundleError`` naming the first field that does not fit (``signature.inputs[2].tensor.shape[0]``) and what was
+expected there, so no malformed field reaches the code that reads it as a raw ``KeyError`` or ``TypeError``.
+File names are checked here too: each is a plain name inside the bundle folder (see ``plain_file_name``).
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Callable
+
+from torch_stablehlo.exported_program import HELD_KINDS
+from torch_stablehlo.stablehlo_ir.specs import DTYPES_BY_NAME
+
+from ..conversion.dim_grammar import DimSyntaxError, parse
+from ..conversion.signature import INPUT_SLOT_KINDS, OUTPUT_SLOT_KINDS, SCALAR_NAMES
+from ..errors import BundleError
+
+
+class SchemaError(ValueError):
+    """One field does not fit the schema: ``field`` names it, the message says what was expected."""
+
+    def __init__(self, field: str, message: str):
+        super().__init__(f"manifest field {field or '(top level)'}: {message}")
+
+
+def _got(value) -> str:
+    text = repr(value)
+    return f"{type(value).__name__} {text[:60]}{'...' if len(text) > 60 else ''}"
+
+
+@dataclass(frozen=True)
+class Check:
+    """A leaf check: ``test(value)`` is true for a value that fits; ``expected`` says what fits."""
+    expected: str
+    test: Callable
+
+    def __call__(self, value, field: str) -> None:
+        try:
+            fits = self.test(value)
+        except (TypeError, ValueError):
+            fits = False
+        if not fits:
+            raise SchemaError(field, f"expected {self.expected}, got {_got(value)}")
+
+
+@dataclass(frozen=True)
+class Record:
+    """A JSON object with these keys (``optional``: may be absent); other keys are ignored."""
+    fields: dict
+    optional: frozenset = frozenset()
+
+    def __call__(self, value, field: str) -> None:
+        if not isinstance(value, dict):
+            raise SchemaError(field, f"expected an object with {', '.join(self.fields)}, got {_got(value)}")
+        for key, check in self.fields.items():
+            if key in value:
+                check(value[key], f"{field}.{key}" if field else key)
+            elif key not in self.optional:
+                raise SchemaError(f"{field}.{key}" if field else key, "missing")
+
+
+@dataclass(frozen=True)
+class ListOf:
+    item: Callable
+    length: int | None = None
+
+    def __call__(self, value, field: str) -> None:
+        if not isinstance(value, list) or (self.length is not None and len(value) != self.length):
+            size = f" of {self.length}" if self.length is not None else ""
+            raise SchemaError(field, f"expected a list{size}, got {_got(value)}")
+        for index, item in enumerate(value):
+            self.item(item, f"{field}[{index}]")
+
+
+@dataclass(frozen=True)
+class MapOf:
+    """A JSON object of any keys passing ``key``, each value passing ``item``."""
+    item: Callable
+    key: Callable = None
+
+    def __call__(self, value, field: str) -> None:
+        if not isinstance(value, dict):
+            raise SchemaError(field, f"expected an object, got {_got(value)}")
+        for key, item in value.items():
+            if self.key is not None:
+                self.key(key, f"{field} key")
+            self.item(item, f"{field}[{key!r}]")
+
+
+def nullable(check: Callable) -> Callable:
+    def nullable_check(value, field: str) -> None:
+        if value is not None:
+            check(value, field)
+    return nullable_check
+
+
+def plain_file_name(name: str) -> bool:
+    """A name a bundle may give one of its files: no folder part, not ``.``/``..``, no NUL, no leading dot."""
+    return isinstance(name, str) and bool(re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.+=-]{0,254}", name))
+
+
+def _dim_text(text) -> bool:
+    try:
+        parse(text)
+    except DimSyntaxError:
+        return False
+    return True
+
+
+def _count(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2 ** 63
+
+
+TEXT = Check("a string", lambda v: isinstance(v, str))
+COUNT = Check("an integer in [0, 2**63)", _count)
+SCALAR = Check("a number, string, boolean or null", lambda v: v is None or isinstance(v, (int, float, str, bool)))
+DTYPE = Check(f"a dtype name ({', '.join(sorted(DTYPES_BY_NAME))})", lambda v: v in DTYPES_BY_NAME)
+DIM = Check("a size in [0, 2**63) or a symbolic dim (names, integers, + - * // %, parentheses)",
+            lambda v: _count(v) or _dim_text(v))
+FILE_NAME = Check("a plain file name inside the bundle (letters, digits, _ . + = -; no folder, no leading dot)",
+                  plain_file_name)
+TENSOR = Record({"name": TEXT, "dtype": DTYPE, "shape": ListOf(DIM)})
+SHARDING = nullable(ListOf(ListOf(TEXT)))
+MESH = nullable(MapOf(Check("a positive axis size", lambda v: _count(v) and v > 0)))
+INPUT = Record({"name": TEXT, "kind": Check(f"one of {sorted(INPUT_SLOT_KINDS)}", lambda v: v in INPUT_SLOT_KINDS),
+                "target": nullable(TEXT), "value": SCALAR, "tensor": nullable(TENSOR), "sharding": SHARDING},
+               optional=frozenset({"sharding"}))
+OUTPUT = Record({"kind": Check(f"one of {sorted(OUTPUT_SLOT_KINDS)}", lambda v: v in OUTPUT_SLOT_KINDS),
+                 "target": nullable(TEXT), "tensor": nullable(TENSOR),
+                 "scalar": nullable(Check(f"one of {sorted(SCALAR_NAMES)}", lambda v: v in SCALAR_NAMES)),
+                 "value": SCALAR}, optional=frozenset({"scalar", "value"}))
+SIGNATURE = Record({"inputs": ListOf(INPUT), "outputs": ListOf(OUTPUT), "in_spec": TEXT, "out_spec": TEXT,
+                    "dims": MapOf(ListOf(nullable(COUNT), length=2), key=DIM), "sizes": ListOf(TEXT), "mesh": MESH,
+                    "arg_names": ListOf(TEXT)}, optional=frozenset({"sizes", "mesh", "arg_names"}))
+WEIGHT = Record({"file": nullable(FILE_NAME), "dtype": DTYPE, "shape": ListOf(COUNT), "bytes": COUNT})
+FILE = Record({"bytes": COUNT, "sha256": Check("64 hex digits", lambda v: bool(re.fullmatch(r"[0-9a-f]{64}", v)))})
+MANIFEST = Record({"format": TEXT, "format_version": COUNT, "stablehlo_version": TEXT, "signature": SIGNATURE,
+                   "mesh": MESH, "weights": MapOf(WEIGHT), "weight_aliases": MapOf(TEXT),
+                   "files": MapOf(FILE, key=FILE_NAME)}, optional=frozenset({"mesh"}))
+
+
+def check_manifest(manifest, where: str) -> None:
+    """Raise BundleError (``where``: the manifest file) naming the first field that does not fit ``MANIFEST``, or a
+    reference that leads nowhere: an alias to no stored weight, a weight in a file the manifest does not list."""
+    try:
+        MANIFEST(manifest, "")
+        _check_references(manifest)
+    except SchemaError as error:
+        raise BundleError(f"{where} is invalid: {error}") from None
+
+
+def check_slots(manifest: dict, signature, where: str) -> None:
+    """Raise BundleError unless the signature's slots fit together: each input the artifact holds (weights, state)
+    names a weight of the same shape and dtype; a sharding splits dims of its tensor over distinct axes of the mesh;
+    ``rng_seed`` is at most one 0-d int64, the last input; a scalar output is 0-d."""
+    try:
+        for index, slot in enumerate(signature.inputs):
+            if slot.kind in HELD_KINDS:
+                _check_held(manifest, slot, f"signature.inputs[{index}]")
+            if slot.sharding is not None:
+                _check_sharding(signature.mesh or {}, slot, f"signature.inputs[{index}].sharding")
+            if slot.kind == "rng_seed" and (index != len(signature.inputs) - 1 or slot.tensor is None
+                                            or (slot.tensor.dtype, slot.tensor.shape) != ("int64", ())):
+                raise SchemaError(f"signature.inputs[{index}]", "an rng_seed input is the last, a 0-d int64")
+        for index, slot in enumerate(signature.outputs):
+            if slot.scalar and (slot.tensor is None or slot.tensor.shape != ()):
+                raise SchemaError(f"signature.outputs[{index}].tensor", "a scalar output is a 0-d tensor")
+    except SchemaError as error:
+        raise BundleError(f"{where} is invalid: {error}") from None
+
+
+def _check_sharding(mesh: dict, slot, field: str) -> None:
+    axes = [axis for dim in slot.sharding for axis in dim]
+    if slot.tensor is None or len(slot.sharding) > len(slot.tensor.shape) or not set(axes) <= set(mesh) \
+            or len(set(axes)) != len(axes):
+        raise SchemaError(field, f"expected at most one entry per dim, each naming distinct axes of the signature's "
+                                 f"mesh {mesh}; got {slot.sharding}")
+
+
+def _check_held(manifest: dict, slot, field: str) -> None:
+    record = manifest["weights"].get(manifest["weight_aliases"].get(slot.target, slot.target))
+    if record is None or slot.tensor is None:
+        raise SchemaError(f"{field}.target", f"expected the name of a weight, got {slot.target!r}")
+    if (record["dtype"], list(record["shape"])) != (slot.tensor.dtype, list(slot.tensor.shape)):
+        raise SchemaError(field, f"weight {slot.target!r} is {record['dtype']}{record['shape']} in weights, "
+                                 f"{slot.tensor.dtype}{list(slot.tensor.shape)} here")
+
+
+def _check_references(manifest: dict) -> None:
+    for name, target in manifest["weight_aliases"].items():
+        if target not in manifest["weights"]:
+            raise SchemaError(f"weight_aliases[{name!r}]", f"expected the name of a weight, got {target!r}")
+    for name, record in manifest["weights"].items():
+        if record["file"] is not None and record["file"] not in manifest["files"]:
+            raise SchemaError(f"weights[{name!r}].file", f"expected a file listed in files, got {record['file']!r}")

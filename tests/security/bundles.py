@@ -1,0 +1,77 @@
+"""Helpers for the trust-boundary tests: a small dynamic bundle, manifests and files edited as an adversary would
+(sizes and checksums kept consistent, so only the check under test can catch the change), and a record of every
+file Python opens (an audit hook on 'open' events)."""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import sys
+from pathlib import Path
+
+import torch
+from torch.export import Dim
+
+from torch_stablehlo.exporter import export_to_stablehlo
+
+MANIFEST = "manifest.json"
+_RECORDERS: list[list[str]] = []
+
+
+def small_artifact():
+    """nn.Linear(8, 4) with a symbolic batch in [2, 16], and its model."""
+    torch.manual_seed(0)
+    model = torch.nn.Linear(8, 4).eval()
+    artifact = export_to_stablehlo(model, (torch.randn(4, 8),),
+                                   dynamic_shapes=({0: Dim("batch", min=2, max=16)},))
+    return model, artifact
+
+
+def read_manifest(path: Path) -> dict:
+    return json.loads((path / MANIFEST).read_text())
+
+
+def write_manifest(path: Path, manifest: dict) -> None:
+    (path / MANIFEST).write_text(json.dumps(manifest))
+
+
+def edit_manifest(path: Path, change) -> None:
+    """Apply ``change(manifest)`` (it edits in place) and write the manifest back."""
+    manifest = read_manifest(path)
+    change(manifest)
+    write_manifest(path, manifest)
+
+
+def rewrite_file(path: Path, name: str, data: bytes) -> None:
+    """Replace the bundle file ``name`` with ``data``, its size and sha256 updated in the manifest."""
+    (path / name).write_bytes(data)
+    edit_manifest(path, lambda m: m["files"].__setitem__(
+        name, {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}))
+
+
+def _record_opens(event: str, args: tuple) -> None:
+    if event == "open" and _RECORDERS and isinstance(args[0], (str, bytes, os.PathLike)):
+        _RECORDERS[-1].append(os.path.realpath(os.fsdecode(args[0])))
+
+
+sys.addaudithook(_record_opens)
+
+
+@contextlib.contextmanager
+def opened_files():
+    """Yields a list that collects the resolved path of every file Python opens inside the block."""
+    opened: list[str] = []
+    _RECORDERS.append(opened)
+    try:
+        yield opened
+    finally:
+        _RECORDERS.pop()
+
+
+def outside(opened: list[str], folder: Path) -> list[str]:
+    """The opened paths that are not inside ``folder`` (nor Python's own modules and libraries)."""
+    root = os.path.realpath(folder) + os.sep
+    ignored = tuple(os.path.realpath(p) + os.sep for p in {sys.prefix, sys.base_prefix, sys.exec_prefix})
+    return [p for p in opened if not p.startswith(root) and not p.startswith(ignored)
+            and not p.startswith(("/proc/", "/sys/", "/dev/"))]
