@@ -14,7 +14,9 @@ LOWERINGS: dict[object, Callable] = {}
 
 
 def lower(*targets):
-    """Register the decorated rule for each op overload (or a whole overload packet)."""
+    """Register the decorated rule for each op overload (or a whole overload packet), or for an op named as
+    ``op_name`` spells it, for ops of optional libraries (``"torchao.quantize_affine.default"``) that exist only
+    once the library is imported."""
 
     def register(rule):
         for target in targets:
@@ -29,7 +31,7 @@ def lower(*targets):
 def lowering_for(target) -> Callable | None:
     rule = LOWERINGS.get(target)
     if rule is None and isinstance(target, torch._ops.OpOverload):
-        rule = LOWERINGS.get(target.overloadpacket)
+        rule = LOWERINGS.get(target.overloadpacket) or LOWERINGS.get(str(target))
     return rule
 
 

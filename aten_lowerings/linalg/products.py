@@ -1,4 +1,4 @@
-"""Matrix products: mm, bmm, addmm, baddbmm, linear, matmul, dot, mv, einsum, as ``dot_general`` with batch dims."""
+"""Matrix products: mm, _int_mm, bmm, addmm, baddbmm, linear, matmul, dot, mv, einsum, as ``dot_general`` with batch dims."""
 from __future__ import annotations
 
 import string
@@ -6,7 +6,7 @@ import string
 import torch
 from jaxlib.mlir.dialects import stablehlo
 
-from ..emit.contraction import contract
+from ..emit.contraction import contract, dot_general
 from ..emit.elementwise import elementwise_operands
 from ..emit.reductions import reduce
 from ..mlir_types import DYNAMIC, mlir_shape
@@ -29,6 +29,12 @@ def _product(ctx, a, b, lhs_dim: int, rhs_dim: int, batch: int = 0):
 @lower(aten.mm.default)
 def mm(ctx, a, b):
     return _product(ctx, a, b, 1, 0)
+
+
+@lower(aten._int_mm.default)
+def int_mm(ctx, a, b):
+    """int8 x int8, accumulated exactly in int32: ``dot_general`` on the int8 operands with an int32 result."""
+    return dot_general(ctx.out_type(), a, b, [], [], [1], [0])
 
 
 @lower(aten.bmm.default)
