@@ -7,7 +7,8 @@ for one row); a float32 row times the weight converted to float32 takes 35-100 m
 then dot, dequantize then dot, mixed operand types). So:
 
 - int8 x int8 with one row: the row is padded to two and the extra row of the result dropped;
-- a float32 lhs of at most ``DIGIT_ROWS`` rows times ``convert(int8 weight)``: each row is split into three int8
+- a float32 lhs of at most ``DIGIT_ROWS`` rows times ``convert(int8 weight)`` (times a per-channel scale, as
+  ``stablehlo-legalize-quant-to-math`` dequantizes a weight-only ``!quant.uniform`` weight): each row is split into three int8
   digits, ``x = s1 q1 + s2 q2 + s3 q3`` (per row ``s1 = max|x| / 127``, ``s2 = s1 / 252``, ``s3 = s2 / 252``;
   what is left is at most ``s3 / 2``, ``max|x|`` times 6e-8, float32's own rounding), one int8 x int8 -> int32
   product of the three rows (exact), then ``s1 a1 + s2 a2 + s3 a3`` in float32.
@@ -61,7 +62,7 @@ def _rewrite(op) -> None:
         return
     with ir.InsertionPoint(op), op.location:
         if _is_int8(lhs) and rows == 1:
-            replacement = _padded_row(lhs, lhs_shape[lhs_dim], *weight, result_type)
+            replacement = _padded_row(lhs, lhs_shape[lhs_dim], *weight[:2], result_type)
         elif _is_f32(lhs) and rows <= DIGIT_ROWS and lhs_dim == len(lhs_shape) - 1:
             replacement = _digits_product(lhs, rows, lhs_shape[lhs_dim], *weight, result_type)
         else:
@@ -71,9 +72,13 @@ def _rewrite(op) -> None:
 
 
 def _int8_weight(rhs: ir.Value, dim: int, int8_lhs: bool):
-    """(int8 value, its contracted dim) behind ``rhs``: rhs itself for an int8 lhs, else the operand of a
-    ``convert`` from int8; read through a 2-d transpose. None otherwise."""
+    """(int8 value, its contracted dim, per-channel scale or None) behind ``rhs``: rhs itself for an int8 lhs,
+    else the operand of a ``convert`` from int8, optionally times a scale broadcast along a 2-d weight's other
+    dim (a legalized ``!quant.uniform`` weight: the scale then multiplies the product instead); read through a
+    2-d transpose. None otherwise."""
+    scale = None
     if not int8_lhs:
+        rhs, scale = _scaled(rhs, 1 - dim)
         producer = _producer(rhs)
         if producer is None or producer.name != "stablehlo.convert" or not _is_int8(producer.operands[0]):
             return None
@@ -82,8 +87,21 @@ def _int8_weight(rhs: ir.Value, dim: int, int8_lhs: bool):
         return None
     producer = _producer(rhs)
     if producer is not None and producer.name == "stablehlo.transpose" and ir.RankedTensorType(rhs.type).rank == 2:
-        return producer.operands[0], 1 - dim
-    return rhs, dim
+        return producer.operands[0], 1 - dim, scale
+    return rhs, dim, scale
+
+
+def _scaled(value: ir.Value, channel_dim: int) -> tuple[ir.Value, ir.Value | None]:
+    """(x, scale) when 2-d ``value`` is ``x * broadcast_in_dim(scale, [channel_dim])``, else (value, None)."""
+    producer = _producer(value)
+    if producer is None or producer.name != "stablehlo.multiply" or ir.RankedTensorType(value.type).rank != 2:
+        return value, None
+    for x, other in (producer.operands, reversed(list(producer.operands))):
+        broadcast = _producer(other)
+        if broadcast is not None and broadcast.name == "stablehlo.broadcast_in_dim" and \
+                list(ir.DenseI64ArrayAttr(broadcast.attributes["broadcast_dimensions"])) == [channel_dim]:
+            return x, broadcast.operands[0]
+    return value, None
 
 
 def _producer(value: ir.Value):
@@ -122,7 +140,7 @@ def _padded_row(lhs, depth: int, weight, weight_dim: int, result_type) -> ir.Val
     return stablehlo.reshape(result_type, first)
 
 
-def _digits_product(lhs, rows: int, depth: int, weight, weight_dim: int, result_type) -> ir.Value:
+def _digits_product(lhs, rows: int, depth: int, weight, weight_dim: int, channel_scale, result_type) -> ir.Value:
     f32 = ir.F32Type.get()
     x = stablehlo.reshape(_tensor([rows, depth], f32), lhs)
     scale = _row_scale(x, rows)
@@ -143,6 +161,8 @@ def _digits_product(lhs, rows: int, depth: int, weight, weight_dim: int, result_
                                [(index + 1) * rows, *shape[1:]], [1] * len(shape))
         part = stablehlo.multiply(part, stablehlo.broadcast_in_dim(part.type, scales[index], [0]))
         total = part if total is None else stablehlo.add(total, part)
+    if channel_scale is not None:
+        total = stablehlo.multiply(total, stablehlo.broadcast_in_dim(total.type, channel_scale, [1]))
     return stablehlo.reshape(result_type, total)
 
 
