@@ -56,6 +56,8 @@ def _rewrite(op) -> None:
     lhs_dim, = numbers.lhs_contracting_dimensions
     rhs_dim, = numbers.rhs_contracting_dimensions
     lhs_shape = ir.RankedTensorType(lhs.type).shape
+    if 0 in lhs_shape:
+        return
     rows = int(np.prod(lhs_shape)) // lhs_shape[lhs_dim]
     weight = _int8_weight(rhs, rhs_dim, _is_int8(lhs))
     if weight is None:
