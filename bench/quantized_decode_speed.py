@@ -27,7 +27,6 @@ import argparse
 import copy
 import os
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -50,15 +49,17 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from jax import lax  # noqa: E402
+from jaxlib.mlir import ir  # noqa: E402
 from generate_speed import BANDWIDTH_BYTES, FULL, SMALL, decoder, summing  # noqa: E402  (this folder's)
 from run_speed import timed  # noqa: E402  (this folder's: the calls alternated, medians)
 from torchao.quantization import (Int8DynamicActivationInt8WeightConfig, Int8WeightOnlyConfig,  # noqa: E402
                                   IntxWeightOnlyConfig, quantize_)
 from torchao.quantization.granularity import PerGroup  # noqa: E402
-from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
 from transformers.integrations.executorch import TorchExportableModuleForDecoderOnlyLM  # noqa: E402
 
+
 from torch_stablehlo import export_to_stablehlo  # noqa: E402
+from torch_stablehlo.stablehlo_ir.mlir_context import make_context  # noqa: E402
 
 SCHEMES = {"float32": None, "int8 weight-only": Int8WeightOnlyConfig,
            "int8 dynamic": Int8DynamicActivationInt8WeightConfig,
@@ -160,11 +161,18 @@ def teacher_forced(recipe, artifact, tokens: list[int], first_different: int) ->
 
 
 def read_bytes(artifact) -> int:
-    """Bytes one decode step reads: the weights as stored (one row of the embedding table) and the state."""
+    """Bytes one decode step reads: the weights and state ``@main`` reads, as stored (one row of the embedding
+    table; the recipe's module also holds caches its graph never reads)."""
+    with make_context():
+        module = ir.Module.parse(artifact.stablehlo_text)
+        main = next(op for op in module.body.operations if ir.StringAttr(op.attributes["sym_name"]).value == "main")
+        read = [any(True for _ in argument.uses) for argument in main.regions[0].blocks[0].arguments]
     total = 0
-    for name, tensor in artifact.weights.items():
-        size = tensor.numel() * tensor.element_size()
-        total += size // tensor.shape[0] if "embed_tokens" in name else size
+    for slot, used in zip(artifact.signature.main_inputs, read):
+        tensor = artifact.weights.get(slot.name)
+        if used and tensor is not None:
+            size = tensor.numel() * tensor.element_size()
+            total += size // tensor.shape[0] if "embed_tokens" in slot.name else size
     return total
 
 
