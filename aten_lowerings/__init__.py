@@ -6,6 +6,7 @@ sees, the padded sizes of data-dependent results, the random-seed argument, and 
 emitters a module built outside the graph walk (a generate loop) uses.
 """
 from . import (  # noqa: F401  (each import registers its rules)
+    composite,
     control_flow,
     data_dependent,
     elementwise,

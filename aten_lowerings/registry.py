@@ -14,8 +14,9 @@ LOWERINGS: dict[object, Callable] = {}
 
 
 def lower(*targets):
-    """Register the decorated rule for each op overload (or a whole overload packet, or an op's qualified name
-    ``"namespace::name"``: an op a library defines when it is imported, such as transformers' custom ops)."""
+    """Register the decorated rule for each op overload (or a whole overload packet), or for an op named as
+    ``op_name`` spells it, for ops of optional libraries (``"torchao.quantize_affine.default"``) that exist only
+    once the library is imported."""
 
     def register(rule):
         for target in targets:
@@ -30,7 +31,7 @@ def lower(*targets):
 def lowering_for(target) -> Callable | None:
     rule = LOWERINGS.get(target)
     if rule is None and isinstance(target, torch._ops.OpOverload):
-        rule = LOWERINGS.get(target.overloadpacket) or LOWERINGS.get(target._schema.name)
+        rule = LOWERINGS.get(target.overloadpacket) or LOWERINGS.get(str(target))
     return rule
 
 

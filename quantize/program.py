@@ -1,5 +1,6 @@
-"""An ExportedProgram with quantization ops, made ready for lowering: schemes checked, weights nothing reads
-dropped, static schemes found, patterns fused. Programs without quantization ops pass through untouched."""
+"""An ExportedProgram with quantization ops, made ready for lowering: tensor-subclass weights unwrapped, schemes
+checked, weights nothing reads dropped, static schemes found, patterns fused. Programs without quantization ops
+pass through untouched."""
 from __future__ import annotations
 
 from typing import Callable
@@ -10,6 +11,7 @@ from torch.export import ExportedProgram
 from ..exported_program import WeightRewrite, copied_graph_module, is_weight, weight_values
 from .fusion import fuse
 from .schemes import DEQUANTIZE, QUANTIZE, SCHEME, check_supported, is_quantization_op, scheme_of
+from .torchao_weights import unwrapped_weights
 
 QUANTIZED_OPS_FORMS = ("fused", "unfused")
 
@@ -21,7 +23,9 @@ def _quantization_nodes(graph_module: torch.fx.GraphModule) -> list[torch.fx.Nod
 def prepare_quantized(program: ExportedProgram) -> ExportedProgram:
     """Check the program's quantization schemes, raising ``UnsupportedQuantizationError`` (naming the node) for
     one StableHLO cannot express, and drop the weights nothing reads: pt2e's convert folds each quantized
-    weight into an int8 constant but leaves its float original on the module, and torch.export lifts it."""
+    weight into an int8 constant but leaves its float original on the module, and torch.export lifts it.
+    Weights held as torchao tensor subclasses become their inner tensors first (``unwrapped_weights``)."""
+    program = unwrapped_weights(program)
     nodes = _quantization_nodes(program.graph_module)
     if not nodes:
         return program

@@ -86,9 +86,17 @@ def is_quantization_op(target) -> bool:
         target.namespace == "torchao" and ("quantize" in name or "qparams" in name))
 
 
+def is_affine_math(target) -> bool:
+    """torchao's affine quantization primitives (``choose_qparams_affine``, ``quantize_affine``,
+    ``dequantize_affine``, any block size): torch's own decomposition into ATen math, which the conversion runs
+    (float and integer ops, no quant types)."""
+    return target.namespace == "torchao" and target._can_decompose()
+
+
 def check_supported(node: torch.fx.Node) -> None:
-    """Raise for quantization ops whose granularity StableHLO cannot express (groups, tokens, blocks)."""
-    if node.target in QUANTIZE + DEQUANTIZE + CHOOSE_QPARAMS:
+    """Raise for quantization ops whose granularity StableHLO cannot express (groups, tokens, blocks) and that
+    do not decompose into ATen math."""
+    if node.target in QUANTIZE + DEQUANTIZE + CHOOSE_QPARAMS or is_affine_math(node.target):
         return
     name = node.target.__name__
     arguments = {**dict(zip((a.name for a in node.target._schema.arguments), node.args)), **node.kwargs}

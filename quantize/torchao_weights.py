@@ -1,18 +1,26 @@
-"""torchao weight-only int8 (``quantize_(model, Int8WeightOnlyConfig())``) in the form pt2e produces.
+"""torchao's quantized weights (``quantize_(model, config)``): tensor subclass parameters.
 
-torchao keeps such weights as ``Int8Tensor`` subclass parameters, which torch.export lifts as subclass
-inputs. ``plain_quantized_weights`` gives a copy of the model whose weights are the int8 data, scale and zero
-point as plain parameters, dequantized in the forward with ``quantized_decomposed.dequantize_per_channel``
-(per-tensor: ``dequantize_per_tensor.tensor``): the static scheme the rest of ``quantize`` converts.
+``plain_quantized_weights`` gives a copy of a model whose weight-only int8 weights (``Int8WeightOnlyConfig``,
+per channel or per tensor) are the int8 data, scale and zero point as plain parameters, dequantized in the forward
+with ``quantized_decomposed.dequantize_per_channel`` (per-tensor: ``dequantize_per_tensor.tensor``): the static
+scheme the rest of ``quantize`` converts to ``!quant.uniform`` types. Other torchao weights (dynamic int8
+activations, group-wise ``IntxUnpackedToInt8Tensor``, block-wise int8) are left to torch.export, which traces
+their ``linear`` into plain ops on the subclass's inner tensors (``export.access_subclass_inner_tensor``; torchao's
+``choose_qparams_affine``/``quantize_affine``/``dequantize_affine``, ``aten._int_mm``); ``unwrapped_weights``
+makes each inner tensor a weight of its own, as it does for any ExportedProgram holding such weights.
 """
 from __future__ import annotations
 
 import copy
 
 import torch
+from torch.export import ExportedProgram
 from torch.nn.utils import parametrize
 
+from ..exported_program import WeightRewrite, is_weight, weight_values
 from .schemes import UnsupportedQuantizationError, qd
+
+INNER_TENSOR = torch.ops.export.access_subclass_inner_tensor.default
 
 
 class _Dequantize(torch.nn.Module):
@@ -38,36 +46,61 @@ def _is_subclass(tensor) -> bool:
         and hasattr(tensor, "__tensor_flatten__")
 
 
-def _parametrization(name: str, weight) -> _Dequantize:
-    kind = type(weight).__name__
-    if kind != "Int8Tensor" or getattr(weight, "act_quant_kwargs", None) is not None:
-        scheme = f"torchao {kind}" + (" with dynamic activation quantization" if kind == "Int8Tensor" else "")
-        raise UnsupportedQuantizationError(
-            f"weight '{name}'", scheme, "not converted; torchao weight-only int8 (Int8WeightOnlyConfig) is, and "
-            "pt2e dynamic quantization covers dynamic activations")
+def _converted(weight) -> bool:
+    """Whether ``plain_quantized_weights`` converts ``weight``: weight-only int8, per tensor or per channel."""
+    if type(weight).__name__ != "Int8Tensor" or getattr(weight, "act_quant_kwargs", None) is not None:
+        return False
+    varying = [b for size, b in zip(weight.qdata.shape, weight.block_size) if b != size]
+    return varying in ([], [1])
+
+
+def _parametrization(weight) -> _Dequantize:
     shape, block = list(weight.qdata.shape), list(weight.block_size)
-    per_axis = [d for d, (size, b) in enumerate(zip(shape, block)) if b != size]
-    if block == shape:
-        axis = None
-    elif len(per_axis) == 1 and block[per_axis[0]] == 1:
-        axis = per_axis[0]
-    else:
-        raise UnsupportedQuantizationError(
-            f"weight '{name}'", f"torchao Int8Tensor with block size {block} for shape {shape}",
-            "block-wise (sub-channel) quantization has no StableHLO quantized type")
+    axis = next((d for d, (size, b) in enumerate(zip(shape, block)) if b != size), None)
     qmin, qmax = (-64, 63) if weight.reduce_range else (-128, 127)
     return _Dequantize(axis, qmin, qmax, weight.dtype)
 
 
 def plain_quantized_weights(model: torch.nn.Module) -> torch.nn.Module:
     """``model`` itself when it has no tensor-subclass parameters, else a copy with them made plain."""
-    names = [name for name, p in model.named_parameters(remove_duplicate=False) if _is_subclass(p)]
+    names = [name for name, p in model.named_parameters(remove_duplicate=False)
+             if _is_subclass(p) and _converted(p)]
     if not names:
         return model
     model = copy.deepcopy(model)
     for name in names:
         owner_name, _, attribute = name.rpartition(".")
         owner = model.get_submodule(owner_name)
-        dequantize = _parametrization(name, getattr(owner, attribute))
-        parametrize.register_parametrization(owner, attribute, dequantize, unsafe=True)
+        parametrize.register_parametrization(owner, attribute, _parametrization(getattr(owner, attribute)),
+                                             unsafe=True)
     return model
+
+
+def unwrapped_weights(program: ExportedProgram) -> ExportedProgram:
+    """``program`` itself when no weight is a tensor subclass, else a copy where each inner tensor the graph reads
+    (``export.access_subclass_inner_tensor(weight, name)``) is a weight of its own, ``<weight>.<name>`` (a lifted
+    constant). Raises ``UnsupportedQuantizationError`` for a subclass weight the graph uses otherwise."""
+    placeholders = [n for n in program.graph.nodes if n.op == "placeholder"]
+    targets = {node.name: spec.target for node, spec in zip(placeholders, program.graph_signature.input_specs)
+               if is_weight(spec)}
+    values = weight_values(program, targets.values())
+    wrapped = {name for name, target in targets.items() if _is_subclass(values[target])}
+    if not wrapped:
+        return program
+    rewrite = WeightRewrite(program)
+    for placeholder in [n for n in rewrite.graph.nodes if n.op == "placeholder" and n.name in wrapped]:
+        target = targets[placeholder.name]
+        for user in list(placeholder.users):
+            if user.target != INNER_TENSOR:
+                raise UnsupportedQuantizationError(
+                    f"weight '{target}'", f"torchao {type(values[target]).__name__}",
+                    f"read by {user.format_node()}; only its inner tensors (export.access_subclass_inner_tensor) "
+                    "can be converted")
+            inner = user.args[1]
+            unwrapped = rewrite.add_constant(f"{placeholder.name}_{inner}", f"{target}.{inner}",
+                                             getattr(values[target], inner))
+            unwrapped.meta = dict(user.meta)
+            user.replace_all_uses_with(unwrapped)
+            rewrite.graph.erase_node(user)
+        rewrite.drop(placeholder)
+    return rewrite.program()

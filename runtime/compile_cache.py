@@ -1,6 +1,7 @@
 """Compiled executables kept on disk, so a second process running the same module compiles nothing.
 
-The key covers the module, the platform and its version, jaxlib's version and the compile
+The key covers the module, the rewrites made to it before XLA compiles it (``XLA_PREPARATION``), the platform
+and its version, jaxlib's version and the compile
 options (their serialized proto, which includes XLA's debug options from ``$XLA_FLAGS``),
 so an executable built with other options is never returned.
 Entries carry their key and a checksum over key and payload, checked on read: a corrupt or unreadable entry, or
@@ -34,6 +35,8 @@ from pathlib import Path
 import jaxlib
 from jaxlib import _jax
 
+from torch_stablehlo.stablehlo_ir.passes import XLA_PREPARATION
+
 DIR_VARIABLE = "TORCH_STABLEHLO_CACHE_DIR"
 MAX_BYTES_VARIABLE = "TORCH_STABLEHLO_CACHE_MAX_BYTES"
 SHARED_VARIABLE = "TORCH_STABLEHLO_CACHE_SHARED"
@@ -65,7 +68,7 @@ class CompileCache:
     def key_parts(module_fingerprint: str, client, compile_options=None) -> dict[str, str]:
         """What an entry's key covers, by name; ``compile_options``: the ``CompileOptions`` the executable is
         compiled with (None: the defaults)."""
-        return {"module": module_fingerprint, "platform": client.platform,
+        return {"module": module_fingerprint, "xla preparation": XLA_PREPARATION, "platform": client.platform,
                 "platform version": client.platform_version, "jaxlib version": jaxlib.__version__,
                 "compile options": canonical_options(compile_options)}
 

@@ -8,6 +8,7 @@ from jaxlib.mlir import ir, passmanager
 from jaxlib.mlir.dialects import stablehlo
 
 from .mlir_context import make_context
+from .int8_products import fast_int8_products, has_int8_products
 from .rewrites import expand_explicit_broadcasts, sign_quant_storage
 
 # chlo ops (erf, ...) have no VHLO form, so stablehlo's serializer rejects them: expand them into StableHLO first.
@@ -17,6 +18,8 @@ LEGALIZE_CHLO = "builtin.module(func.func(chlo-legalize-to-stablehlo))"
 LEGALIZE_SHAPES = "builtin.module(func.func(shape-legalize-to-stablehlo),canonicalize)"
 # quant types (which PJRT refuses) as integer and float math; it emits chlo broadcasts
 LEGALIZE_QUANT = "builtin.module(func.func(stablehlo-legalize-quant-to-math))"
+# what prepare_for_xla does to a module, named in the compile cache's key: change it with the rewrites
+XLA_PREPARATION = "quant types legalized; int8 products padded or split into digits (int8_products v1)"
 
 
 @lru_cache(maxsize=None)
@@ -65,21 +68,26 @@ def _foreign_ops(module: ir.Module) -> list[str]:
 
 
 def prepare_for_xla(mlir_text: str, refine=None) -> str:
-    """The module as XLA compiles it: quant types legalized to integer math (a copy; the input is unchanged).
+    """The module as XLA compiles it: quant types legalized to integer math, products on int8 weights in the
+    forms XLA's CPU backend runs fast (``int8_products``); a copy, the input is unchanged.
 
     ``refine`` (text -> text, e.g. ``?`` dims specialised to one call's shapes) runs first, or, with quant types,
     between their legalization and the expansion of the broadcasts it leaves: shape refinement crashes on a
     ``dot_general`` of quant types with a dynamic dim, and the expanded broadcasts need static shapes.
-    Returns ``mlir_text`` itself when it has no quant types and nothing to refine (no parsing, no passes).
+    Returns ``mlir_text`` itself when it has no quant types, no int8 products and nothing to refine (no parsing,
+    no passes).
     """
-    if "!quant." not in mlir_text:
+    quantized = "!quant." in mlir_text
+    if not quantized and not has_int8_products(mlir_text):
         return mlir_text if refine is None else refine(mlir_text)
     with make_context():
-        module = ir.Module.parse(mlir_text)
-        sign_quant_storage(module)
-        run_pipeline(module, LEGALIZE_QUANT)
-        if refine is not None:
-            module = ir.Module.parse(refine(module.operation.get_asm(enable_debug_info=True)))
-        expand_explicit_broadcasts(module)
-        run_pipeline(module, LEGALIZE_CHLO)
+        module = ir.Module.parse(mlir_text if quantized or refine is None else refine(mlir_text))
+        if quantized:
+            sign_quant_storage(module)
+            run_pipeline(module, LEGALIZE_QUANT)
+            if refine is not None:
+                module = ir.Module.parse(refine(module.operation.get_asm(enable_debug_info=True)))
+            expand_explicit_broadcasts(module)
+            run_pipeline(module, LEGALIZE_CHLO)
+        fast_int8_products(module)
         return module.operation.get_asm(enable_debug_info=True)

@@ -116,11 +116,12 @@ BENCH_ARGS = {
     "decode_speed.py": ["--small", "--repeats", "1"],
     "generate_speed.py": ["--small", "--repeats", "1"],
     "load_trust.py": ["--model", "mlp", "--repeats", "1"],
+    "quantized_decode_speed.py": ["--small", "--repeats", "1", "--new-tokens", "4"],
 }
 # bench scripts make test leaves to CI's second step and make check-commands: 8 to 25 s of CPU each (fresh
 # processes, compiles), where make test has about a minute and a half for all of this module and test_packaging
 SLOW_BENCH = {"multi_gb_export.py", "convert_speed.py", "scan_layers.py", "compile_cache.py", "sharding.py",
-              "decode_speed.py", "generate_speed.py", "load_trust.py"}
+              "decode_speed.py", "generate_speed.py", "quantized_decode_speed.py", "load_trust.py"}
 COVERAGE_ARGS = ["--ops", "abs,nn.functional.relu", "--jobs", "1", "--out", "coverage-report"]
 
 

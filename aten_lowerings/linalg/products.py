@@ -1,5 +1,5 @@
-"""Matrix products: mm, bmm, addmm, baddbmm, linear, matmul, dot, mv, einsum, as ``dot_general`` with batch dims;
-grouped products of mixture-of-experts layers (``_grouped_mm``, transformers' ``grouped_mm_fallback``)."""
+"""Matrix products: mm, _int_mm, bmm, addmm, baddbmm, linear, matmul, dot, mv, einsum, as ``dot_general`` with batch
+dims; grouped products of mixture-of-experts layers (``_grouped_mm``, transformers' ``grouped_mm_fallback``)."""
 from __future__ import annotations
 
 import string
@@ -8,7 +8,7 @@ import torch
 from jaxlib.mlir.dialects import stablehlo
 
 from ..constants import constant, full_like
-from ..emit.contraction import contract
+from ..emit.contraction import contract, dot_general
 from ..emit.elementwise import compare, elementwise_operands
 from ..emit.reductions import reduce
 from ..mlir_types import DYNAMIC, mlir_shape
@@ -31,6 +31,12 @@ def _product(ctx, a, b, lhs_dim: int, rhs_dim: int, batch: int = 0):
 @lower(aten.mm.default)
 def mm(ctx, a, b):
     return _product(ctx, a, b, 1, 0)
+
+
+@lower(aten._int_mm.default)
+def int_mm(ctx, a, b):
+    """int8 x int8, accumulated exactly in int32: ``dot_general`` on the int8 operands with an int32 result."""
+    return dot_general(ctx.out_type(), a, b, [], [], [1], [0])
 
 
 @lower(aten.bmm.default)
@@ -224,7 +230,7 @@ def grouped_mm(ctx, x, weights, offs=None, bias=None, out_dtype=None):
     return _grouped_product(ctx, x, weights, offs, ctx.out_dtype)
 
 
-@lower("transformers::grouped_mm_fallback")
+@lower("transformers.grouped_mm_fallback.default")
 def transformers_grouped_mm(ctx, x, weights, offs):
     """transformers' custom op for the experts' products (its default experts path in float32): ``_grouped_mm``'s
     arithmetic, rows past the last group zeros."""

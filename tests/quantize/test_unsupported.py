@@ -47,18 +47,6 @@ def test_unsupported_scheme_names_node_and_scheme(case):
         export_to_stablehlo(Calls(fn, **buffers), (torch.randn(4, 8),))
 
 
-def test_torchao_block_wise_weights_name_the_weight():
-    from torchao.quantization import Int8WeightOnlyConfig, quantize_
-    from torchao.quantization.granularity import PerGroup
-
-    model = torch.nn.Sequential(torch.nn.Linear(8, 16)).eval()
-    quantize_(model, Int8WeightOnlyConfig(granularity=PerGroup(4)))
-    with pytest.raises(UnsupportedQuantizationError,
-                       match=r"weight '0.weight': torchao Int8Tensor with block size \[1, 4\] for shape \[16, 8\]: "
-                             r"block-wise \(sub-channel\) quantization"):
-        export_to_stablehlo(model, (torch.randn(2, 8),))
-
-
 def test_unknown_quantized_ops_form_is_an_error():
     with pytest.raises(ValueError, match=r"quantized_ops must be one of \('fused', 'unfused'\), got 'int8'"):
         export_to_stablehlo(torch.nn.Linear(2, 2), (torch.randn(1, 2),), quantized_ops="int8")
