@@ -5,9 +5,10 @@ A dim's text comes from a manifest, which may come from anyone, so it is parsed,
     expr  := term (("+" | "-") term)*
     term  := unary (("*" | "//" | "%") unary)*
     unary := "-" unary | atom
-    atom  := INTEGER | NAME | "(" expr ")"
+    atom  := INTEGER | FUNCTION "(" expr ("," expr)* ")" | NAME | "(" expr ")"
 
-NAME is an identifier (``batch``, ``s77``); every name is an integer symbol. ``//`` is torch's ``FloorDiv``, ``%``
+NAME is an identifier (``batch``, ``s77``); every name is an integer symbol. FUNCTION is one of ``FUNCTIONS``, the
+integer functions torch prints in sizes (``Min(3, s33)``: a size clamped by a slice or QR's reduced factor). ``//`` is torch's ``FloorDiv``, ``%``
 its ``Mod``; both print back in this grammar (``(s0//2)``, ``(s0 % 3)``), as sympy's ``+ - *`` do. Texts longer
 than ``MAX_LENGTH`` characters or nested deeper than ``MAX_DEPTH`` parentheses are refused.
 """
@@ -16,11 +17,11 @@ from __future__ import annotations
 import re
 
 import sympy
-from torch.utils._sympy.functions import FloorDiv, Mod
+from torch.utils._sympy.functions import CeilDiv, FloorDiv, Max, Min, Mod, PythonMod
 
 MAX_LENGTH = 256
 MAX_DEPTH = 16
-_TOKEN = re.compile(r"\s*(?:(\d+)|([A-Za-z_]\w*)|(//|[-+*%()]))")
+_TOKEN = re.compile(r"\s*(?:(\d+)|([A-Za-z_]\w*)|(//|[-+*%(),]))")
 
 
 class _Mod(Mod):
@@ -28,6 +29,9 @@ class _Mod(Mod):
 
     def _sympystr(self, printer) -> str:
         return f"({printer._print(self.args[0])} % {printer._print(self.args[1])})"
+
+
+FUNCTIONS = {"Min": Min, "Max": Max, "Mod": _Mod, "PythonMod": PythonMod, "FloorDiv": FloorDiv, "CeilDiv": CeilDiv}
 
 
 class DimSyntaxError(ValueError):
@@ -64,7 +68,7 @@ def _tokens(text: str) -> list:
         position = match.end()
     if text[position:].strip():
         raise DimSyntaxError(f"symbolic dim {text!r}: unexpected {text[position:].strip()[:20]!r} (a dim is names, "
-                             "integers, + - * // % and parentheses)")
+                             "integers, + - * // %, parentheses and the functions " + ", ".join(FUNCTIONS) + ")")
     return tokens
 
 
@@ -113,4 +117,19 @@ class _Parser:
             return value
         if isinstance(token, str):
             raise DimSyntaxError(f"symbolic dim {self.text!r}: expected a name, an integer or '(', got {token!r}")
+        if isinstance(token, sympy.Symbol) and token.name in FUNCTIONS and self.peek() == "(":
+            return self.call(FUNCTIONS[token.name], depth)
         return sympy.Integer(token) if isinstance(token, int) else token
+
+    def call(self, function, depth: int) -> sympy.Expr:
+        """``function`` of the arguments after its name: ``(expr, expr, ...)``."""
+        if depth >= MAX_DEPTH:
+            raise DimSyntaxError(f"symbolic dim {self.text!r} nests parentheses deeper than {MAX_DEPTH}")
+        self.take()
+        arguments = [self.expr(depth + 1)]
+        while self.peek() == ",":
+            self.take()
+            arguments.append(self.expr(depth + 1))
+        if self.take() != ")":
+            raise DimSyntaxError(f"symbolic dim {self.text!r}: expected ')' after a function's arguments")
+        return function(*arguments)
