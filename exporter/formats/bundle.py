@@ -326,7 +326,7 @@ def _shape(mlir_type) -> list | None:
 
 def _check_main(path: Path, signature: Signature, main_shapes: tuple[list, list]) -> None:
     """Raise BundleError unless the signature's ``@main`` arguments and results are the module's (count, rank and
-    static dims; a symbolic dim where the module's is dynamic)."""
+    static dims; a symbolic dim where the module's is dynamic, a data-dependent one of any size)."""
     arguments = [s.tensor for s in signature.main_inputs]
     results = [s.tensor for s in signature.main_outputs] + [None] * len(signature.sizes)
     for what, specs, shapes in (("arguments", arguments, main_shapes[0]), ("results", results, main_shapes[1])):
@@ -335,6 +335,9 @@ def _check_main(path: Path, signature: Signature, main_shapes: tuple[list, list]
                               f"{what}, the module has {len(shapes)}")
         for index, (spec, shape) in enumerate(zip(specs, shapes)):
             expected = None if spec is None else [d if isinstance(d, int) else None for d in spec.shape]
+            if shape is not None and spec is not None and len(shape) == len(expected):
+                # a data-dependent dim is held padded: static in the module, any size
+                shape = [None if d in signature.sizes else s for d, s in zip(spec.shape, shape)]
             if shape is None or (spec is not None and expected != shape) or (spec is None and shape != []):
                 raise BundleError(f"{path / MANIFEST} does not fit its module: @main's {what[:-1]} {index} is "
                                   f"{shape} in the module, {expected if spec else 'a 0-d size'} in the signature")
