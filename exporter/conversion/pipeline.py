@@ -39,9 +39,10 @@ class Conversion:
     writes: dict                         # its in-place nodes the walk lowers functionally (``inplace.functionalised``)
     weights: dict[str, torch.Tensor]     # @main's held arguments: the weights and the state's exported values
 
-    def lower(self, exposed: Sequence[torch.fx.Node] = ()) -> ir.Module:
-        """``@main`` in a fresh module; it also returns the values of the ``exposed`` top-graph nodes, last."""
-        return GraphLowering(self.graph_module, self.signature, exposed, self.writes).lower(make_context())
+    def lower(self, exposed: Sequence[torch.fx.Node] = (), platform: str | None = None) -> ir.Module:
+        """``@main`` in a fresh module; it also returns the values of the ``exposed`` top-graph nodes, last.
+        ``platform`` picks the user's lowerings registered for it (``exporter.lowering``)."""
+        return GraphLowering(self.graph_module, self.signature, exposed, self.writes, platform).lower(make_context())
 
 
 def convert(model, args=(), kwargs=None, *, dynamic_shapes=None, quantized_ops: str = "fused", mesh=None,
