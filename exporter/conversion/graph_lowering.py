@@ -128,10 +128,17 @@ class GraphLowering:
             sizes.append(self.dims.actual.size(_size_named(metas, name)))
         return sizes
 
-    def lower_graph(self, graph_module: torch.fx.GraphModule, inputs: Sequence) -> list:
-        """Lower a graph given the values of its placeholders; returns its flat outputs. An in-place node that
-        ``exporter.conversion.inplace`` functionalises is lowered as its out-of-place twin, and the node it writes is rebound
-        to the result."""
+    def lower_graph(self, graph_module: torch.fx.GraphModule, inputs: Sequence, dims: PaddedDims | None = None) -> list:
+        """Lower a graph given the values of its placeholders; returns its flat outputs. ``dims``: where its
+        symbolic sizes are read (a decomposition function's arguments; default: ``@main``'s). An in-place node
+        that ``exporter.conversion.inplace`` functionalises is lowered as its out-of-place twin, and the node it
+        writes is rebound to the result."""
+        if dims is not None and dims is not self.dims:
+            outer, self.dims = self.dims, dims
+            try:
+                return self.lower_graph(graph_module, inputs)
+            finally:
+                self.dims = outer
         env: dict[torch.fx.Node, object] = {}
         writes = self._writes if graph_module is self.graph_module else functionalised(graph_module)
         placeholders = iter(inputs)
