@@ -8,6 +8,7 @@ function per distinct signature), so the program never needs it again.
 """
 from __future__ import annotations
 
+import re
 from typing import Callable
 
 import jax
@@ -19,6 +20,11 @@ from .emit.jax_functions import call_jax
 from .mlir_types import tensor_type
 from .registry import op_name
 from .values import value_type
+
+
+USER_FUNCTIONS = re.compile(r"jax_user_(\w+)_[0-9a-f]{10}")
+"""The name of the private function a user's JAX lowering becomes (its op's name, dots as underscores); what
+``torch-stablehlo inspect`` lists."""
 
 
 class ResultMismatch(ValueError):
@@ -53,7 +59,7 @@ def refuse_mutating(target) -> None:
 def jax_rule(target, function: Callable, platform: str | None = None) -> Callable:
     """The lowering rule of ``target`` that calls ``function`` (lowered for ``platform``, JAX's platform name;
     None: JAX's default backend)."""
-    name = op_name(target).replace(".", "_")
+    name = "user_" + op_name(target).replace(".", "_")  # call_jax names the function jax_<name>_<hash>
 
     def rule(ctx, *args, **kwargs):
         metas = torch.fx.node.map_arg((ctx.node.args, ctx.node.kwargs), lambda node: node.meta["val"])

@@ -359,7 +359,7 @@ PYTHON_BLOCKS = {
     "@exporter.lowering(torch.ops.mylib.scaled_rms.default)": ("", """
         torch.testing.assert_close(art(x), model(x), rtol=1e-5, atol=1e-5)
         text = art.stablehlo_text
-        assert "func.func private @jax_mylib_scaled_rms_default_" in text
+        assert "func.func private @jax_user_mylib_scaled_rms_default_" in text
         assert 'stablehlo.composite "mylib.mlp"' in text and 'act = "gelu_tanh", width = 32 : i64' in text
         assert 'stablehlo.composite "mylib.swiglu"' in text
     """),

@@ -11,6 +11,7 @@ from torch.export import Dim
 
 from torch_stablehlo import exporter
 from torch_stablehlo.exporter import export_to_stablehlo, find_divergence, load_artifact
+from torch_stablehlo.tools.inspection import bundle_report
 
 TOLERANCE = dict(rtol=1e-5, atol=1e-5)  # float32: the same ops, converted
 
@@ -90,8 +91,10 @@ def test_a_composite_under_a_dynamic_batch(dynamic):
 def test_composites_survive_the_bundle_and_to_jax(tmp_path):
     model, x = _example()
     artifact = export_to_stablehlo(model, (x,))
-    loaded = load_artifact(artifact.save(tmp_path / "bundle"))
+    path = artifact.save(tmp_path / "bundle")
+    loaded = load_artifact(path)
     assert 'stablehlo.composite "mylib.swiglu"' in loaded.stablehlo_text
+    assert bundle_report(path)["composites"] == {"mylib.mlp": 2, "mylib.swiglu": 1}
     torch.testing.assert_close(loaded(x), model(x), **TOLERANCE)
     jax_model = artifact.to_jax()
     assert 'stablehlo.composite "mylib.mlp"' in str(jax_model.exported.mlir_module())

@@ -14,6 +14,7 @@ from torch.export import Dim
 
 from torch_stablehlo import exporter
 from torch_stablehlo.exporter import LoweringError, UnsupportedOpsError, export_to_stablehlo
+from torch_stablehlo.tools.inspection import bundle_report, format_report
 from tests.extensions.ops import Rms, Stats
 
 TOLERANCE = dict(rtol=1e-5, atol=1e-5)  # float32: the same formula, JAX's reductions against torch's
@@ -46,7 +47,7 @@ def dynamic_rms():
 def test_a_library_op_lowered_by_jax_equals_eager():
     model, x = _rms_example()
     artifact = export_to_stablehlo(model, (x,))
-    assert "func.func private @jax_kx_scaled_rms_default_" in artifact.stablehlo_text
+    assert "func.func private @jax_user_kx_scaled_rms_default_" in artifact.stablehlo_text
     assert "custom_call" not in artifact.stablehlo_text
     torch.testing.assert_close(artifact(x), model(x), **TOLERANCE)
 
@@ -76,6 +77,9 @@ def test_a_bundle_runs_in_a_process_that_never_registered_the_lowering(dynamic_r
                          text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-2000:]
     torch.testing.assert_close(torch.tensor(json.loads(run.stdout)), model(x), **TOLERANCE)
+    report = bundle_report(path)
+    assert report["user_lowerings"] == {"kx_scaled_rms_default": 1} and report["composites"] == {}
+    assert "user JAX lowerings (functions):\n       1  kx_scaled_rms_default" in format_report(report)
 
 
 def test_the_saved_model_and_to_jax_run_the_lowering(dynamic_rms, tmp_path):
