@@ -71,6 +71,9 @@ def _callable(function) -> Callable:
     return function
 
 
+_COMPOSITE_NAME = "_torch_stablehlo_composite"
+"""The attribute naming the composite a module was made (its hooks mark each call once)."""
+
 _CALLS = itertools.count()
 """Numbers the composites' calls: the marks of one call share its number."""
 
@@ -81,6 +84,10 @@ def composite(module_or_function, *, name: str, attributes: dict | None = None, 
     returned itself (its weights keep their names); a function is returned wrapped."""
     text = _attributes_json(name, attributes or {}, version)
     if isinstance(module_or_function, torch.nn.Module):
+        if hasattr(module_or_function, _COMPOSITE_NAME):
+            raise ValueError(f"this module is the composite '{getattr(module_or_function, _COMPOSITE_NAME)}' "
+                             f"already; wrap it in a module of its own to make it part of '{name}' too")
+        setattr(module_or_function, _COMPOSITE_NAME, name)
         calls = []
 
         def mark_inputs(module, args, kwargs):

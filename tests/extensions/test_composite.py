@@ -10,8 +10,9 @@ import torch.nn.functional as F
 from torch.export import Dim
 
 from torch_stablehlo import exporter
-from torch_stablehlo.exporter import export_to_stablehlo, find_divergence, load_artifact
+from torch_stablehlo.exporter import compile_for_iree, export_to_stablehlo, find_divergence, load_artifact
 from torch_stablehlo.tools.inspection import bundle_report
+from tests.iree.test_iree import run_in_iree
 
 TOLERANCE = dict(rtol=1e-5, atol=1e-5)  # float32: the same ops, converted
 
@@ -113,19 +114,33 @@ def test_a_dynamic_composite_runs_from_the_bundle_the_saved_model_and_to_jax(dyn
     np.testing.assert_allclose(served.numpy(), model(x).detach().numpy(), **TOLERANCE)
 
 
+def test_iree_compiles_and_runs_composites():
+    model, x = _example()
+    artifact = export_to_stablehlo(model, (x,))
+    (result,) = run_in_iree(compile_for_iree(artifact), artifact, (x,), {})
+    torch.testing.assert_close(result, model(x), **TOLERANCE)
+
+
+def test_the_exported_module_itself_may_be_a_composite():
+    torch.manual_seed(0)
+    model, x = exporter.composite(Block(), name="mylib.root").eval(), torch.randn(2, 8)
+    artifact = export_to_stablehlo(model, (x,))
+    assert 'stablehlo.composite "mylib.root"' in artifact.stablehlo_text
+    torch.testing.assert_close(artifact(x), model(x), **TOLERANCE)
+
+
 def test_a_nested_composite_is_called_from_the_outer_ones_decomposition():
     torch.manual_seed(0)
     model = exporter.composite(torch.nn.Sequential(Outer()), name="mylib.outer", attributes={"depth": 2}).eval()
     x = torch.randn(2, 8)
-    wrapper = torch.nn.Sequential(model)  # hooks run on submodules: the root is exported around them
-    artifact = export_to_stablehlo(wrapper, (x,))
+    artifact = export_to_stablehlo(model, (x,))
     text = artifact.stablehlo_text
     main = text[text.index("func.func public @main"):]
     main = main[:main.index("\n  }")]
     assert 'stablehlo.composite "mylib.outer"' in main and "mylib.inner" not in main
     outer = text[text.index("func.func private @mylib_outer"):]
     assert 'stablehlo.composite "mylib.inner"' in outer[:outer.index("\n  }")]
-    torch.testing.assert_close(artifact(x), wrapper(x), **TOLERANCE)
+    torch.testing.assert_close(artifact(x), model(x), **TOLERANCE)
 
 
 def test_find_divergence_names_the_composite_whose_body_disagrees():
@@ -144,3 +159,6 @@ def test_bad_composites_are_refused_before_anything_runs():
         exporter.composite(swiglu, name="my lib")
     with pytest.raises(TypeError, match="an nn.Module or a function, got int"):
         exporter.composite(3, name="mylib.three")
+    block = exporter.composite(Block(), name="mylib.once")
+    with pytest.raises(ValueError, match="this module is the composite 'mylib.once' already"):
+        exporter.composite(block, name="mylib.twice")
