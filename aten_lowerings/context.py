@@ -68,6 +68,11 @@ class LoweringContext:
     def shape_value(self, sizes) -> ir.Value:
         return self.dims.shape(list(sizes))
 
+    def with_dims(self, dims: SymbolicDims) -> "LoweringContext":
+        """This node's context with its symbolic sizes read from ``dims`` (a decomposition function's own) and no
+        random numbers (a function cannot reach ``@main``'s ``rng_seed``)."""
+        return LoweringContext(self.node, dims, self._lower_graph, mesh=self.mesh)
+
     # -- random numbers ---------------------------------------------------
     def rng_key(self) -> ir.Value:
         """A fresh ``tensor<2xui64>`` THREE_FRY state: the program's ``rng_seed`` argument and a number of its own."""
@@ -77,4 +82,6 @@ class LoweringContext:
 
     # -- nested graphs (higher-order ops) ---------------------------------
     def lower_graph(self, graph_module: torch.fx.GraphModule, args: Sequence) -> list:
-        return self._lower_graph(graph_module, args)
+        """The nested graph's outputs given its inputs' values, its symbolic sizes read from this context's
+        ``dims`` (a decomposition function's own, inside one)."""
+        return self._lower_graph(graph_module, args, self.dims)

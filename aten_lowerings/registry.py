@@ -6,11 +6,20 @@ one ``ir.Value`` or a sequence of them, in the order of the node's outputs.
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Callable
 
 import torch
 
 LOWERINGS: dict[object, Callable] = {}
+
+USER_LOWERINGS: dict[tuple[object, str | None], Callable] = {}
+"""A user's rules (``exporter.lowering``), by (op overload, platform or None for every platform): they win over
+ours, and a platform's over the one for every platform."""
+
+_SCOPED: ContextVar[tuple[dict, ...]] = ContextVar("scoped_lowerings", default=())
+"""User rules registered for one ``with`` block (innermost last); they win over ``USER_LOWERINGS``."""
 
 
 def lower(*targets):
@@ -28,7 +37,35 @@ def lower(*targets):
     return register
 
 
-def lowering_for(target) -> Callable | None:
+@contextmanager
+def scoped_user_lowerings(rules: dict[tuple[object, str | None], Callable]):
+    """``rules`` (as ``USER_LOWERINGS``) win over every other rule inside the ``with`` block."""
+    token = _SCOPED.set((*_SCOPED.get(), dict(rules)))
+    try:
+        yield
+    finally:
+        _SCOPED.reset(token)
+
+
+def user_lowering_for(target, platform: str | None = None) -> Callable | None:
+    """The user's rule for ``target`` on ``platform`` (the scoped ones first, then the global ones; a rule for
+    the platform before the one for every platform); with ``platform`` None, a rule for any platform."""
+    for rules in (*reversed(_SCOPED.get()), USER_LOWERINGS):
+        for key in ((target, platform), (target, None)):
+            if key in rules:
+                return rules[key]
+        if platform is None:
+            found = next((rule for (op, _), rule in rules.items() if op == target), None)
+            if found is not None:
+                return found
+    return None
+
+
+def lowering_for(target, platform: str | None = None) -> Callable | None:
+    """The rule that lowers ``target``: the user's (``user_lowering_for``), else ours."""
+    rule = user_lowering_for(target, platform) if USER_LOWERINGS or _SCOPED.get() else None
+    if rule is not None:
+        return rule
     rule = LOWERINGS.get(target)
     if rule is None and isinstance(target, torch._ops.OpOverload):
         rule = LOWERINGS.get(target.overloadpacket) or LOWERINGS.get(str(target))

@@ -1,5 +1,5 @@
 """Public API: convert torch programs to StableHLO artifacts and load saved ones; ``scan_layers`` for deep stacks;
-``export_generate`` for a language model's whole generate loop."""
+``export_generate`` for a language model's whole generate loop; ``lowering`` for your own ops' JAX lowerings."""
 import importlib
 
 from .api import export_to_stablehlo
@@ -9,13 +9,14 @@ from .formats.iree import compile_for_iree, iree_module
 from .errors import (BundleError, BundleVersionError, ExportError, InputError, LoweringError, ShardingError,
                      UnsupportedOpsError, WeightsError)
 from .scan_layers import scan_layers
+from .extensions import composite, lowering, scoped_lowering
 from .conversion.sharding import mark_sharding, tensor_parallel_shardings
 from torch_stablehlo.runtime.spmd import MeshError
 
 __all__ = ["export_to_stablehlo", "load_artifact", "StableHLOArtifact", "find_divergence", "Divergence",
            "scan_layers", "iree_module", "compile_for_iree", "mark_sharding", "tensor_parallel_shardings", "ExportError", "LoweringError",
            "UnsupportedOpsError", "InputError", "BundleError", "BundleVersionError", "WeightsError",
-           "ShardingError", "MeshError", "export_generate", "GenerateArtifact"]
+           "ShardingError", "MeshError", "export_generate", "GenerateArtifact", "lowering", "scoped_lowering", "composite"]
 _NEEDS_TRANSFORMERS = ("export_generate", "GenerateArtifact")
 
 

@@ -21,5 +21,5 @@ def export_to_stablehlo(model, args=(), kwargs=None, *, dynamic_shapes=None, pla
     """
     conversion = convert(model, args, kwargs, dynamic_shapes=dynamic_shapes, quantized_ops=quantized_ops, mesh=mesh,
                          shardings=shardings)
-    text = conversion.lower().operation.get_asm(enable_debug_info=True)
+    text = conversion.lower(platform=platform).operation.get_asm(enable_debug_info=True)
     return StableHLOArtifact(text, conversion.signature, conversion.weights, platform=platform)

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import torch
 from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
+from torch_stablehlo.aten_lowerings import op_name
 from torch_stablehlo.exported_program import STATE
 from torch_stablehlo.quantize.schemes import QUANTIZE
 
@@ -180,7 +181,7 @@ def _report(node: torch.fx.Node, actual: torch.Tensor, expected: torch.Tensor, t
     inputs = [(arg.name, _dtype_name(arg.meta["val"].dtype), list(arg.meta["val"].shape))
               for arg in producer.all_input_nodes if isinstance(arg.meta.get("val"), torch.Tensor)]
     return Divergence(
-        op=str(_op_of(node)), node=producer.name, source=f"{where[0]}:{where[1]}" if where else None,
+        op=op_name(_op_of(node)), node=producer.name, source=f"{where[0]}:{where[1]}" if where else None,
         module=module_path(node), max_abs_err=error,
         max_rel_err=error / scale if scale else (0.0 if error == 0 else math.inf),
         rtol=tolerance[0], atol=tolerance[1], inputs=inputs,

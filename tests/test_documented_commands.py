@@ -358,6 +358,13 @@ def test_documented_command(run, world):
 # a distinctive line of the block -> (preamble: what the block takes as given, check: what it must have made);
 # ``_last`` is the value of the block's last line when that is an expression
 PYTHON_BLOCKS = {
+    "@exporter.lowering(torch.ops.mylib.scaled_rms.default)": ("", """
+        torch.testing.assert_close(art(x), model(x), rtol=1e-5, atol=1e-5)
+        text = art.stablehlo_text
+        assert "func.func private @jax_user_mylib_scaled_rms_default_" in text
+        assert 'stablehlo.composite "mylib.mlp"' in text and 'act = "gelu_tanh", width = 32 : i64' in text
+        assert 'stablehlo.composite "mylib.swiglu"' in text
+    """),
     "art = exporter.export_generate(model, input_ids": ("""
         import types
         import torch

@@ -1,10 +1,13 @@
 """What a module or a bundle holds: op histogram, signature (with the mesh and each tensor's sharding),
-versions, weight sizes."""
+versions, weight sizes, the composites and the user's JAX lowerings it uses."""
 from __future__ import annotations
 
 import os
+import re
+from collections import Counter
 from pathlib import Path
 
+from torch_stablehlo.aten_lowerings import USER_FUNCTIONS
 from torch_stablehlo.stablehlo_ir.op_counts import op_histogram
 
 from torch_stablehlo.exporter.formats import bundle
@@ -18,7 +21,8 @@ def bundle_report(path: str | os.PathLike, top: int = 10) -> dict:
     """Versions, signature, op histogram and weight sizes of a bundle (its weights are not read)."""
     path = Path(path)
     manifest = bundle.load_manifest(path)
-    histogram = op_histogram(bundle.load_module_text(path, manifest))
+    text = bundle.load_module_text(path, manifest)
+    histogram = op_histogram(text)
     weights = manifest["weights"]
     largest = sorted(weights, key=lambda name: weights[name]["bytes"], reverse=True)[:top]
     return {
@@ -27,11 +31,23 @@ def bundle_report(path: str | os.PathLike, top: int = 10) -> dict:
         "signature": manifest["signature"],
         "mesh": manifest.get("mesh"),
         "ops": dict(histogram.most_common()),
+        **extensions_used(text),
         "weights": {"count": len(weights), "aliases": len(manifest["weight_aliases"]),
                     "bytes": sum(record["bytes"] for record in weights.values()),
                     "largest": [{"name": name, **weights[name]} for name in largest]},
         "files": manifest["files"],
     }
+
+
+COMPOSITE = re.compile(r'stablehlo\.composite "([^"]+)"')
+
+
+def extensions_used(text: str) -> dict:
+    """``composites``: how many calls of each composite the module holds (name -> count); ``user_lowerings``: the
+    ops lowered by a user's JAX function (``exporter.lowering``; op, dots as underscores -> its functions)."""
+    functions = Counter(match[1] for match in re.finditer(r"func\.func private @" + USER_FUNCTIONS.pattern + r"\(",
+                                                          text))
+    return {"composites": dict(Counter(COMPOSITE.findall(text)).most_common()), "user_lowerings": dict(functions)}
 
 
 def format_report(report: dict) -> str:
@@ -41,6 +57,10 @@ def format_report(report: dict) -> str:
     ops = report["ops"]
     lines.append(f"ops: {sum(ops.values())} ({len(ops)} kinds)")
     lines += [f"  {count:6d}  {name}" for name, count in ops.items()]
+    for key, title in (("composites", "composites"), ("user_lowerings", "user JAX lowerings (functions)")):
+        if report[key]:
+            lines.append(f"{title}:")
+            lines += [f"  {count:6d}  {name}" for name, count in report[key].items()]
     weights = report["weights"]
     lines.append(f"weights: {weights['count']} stored ({weights['aliases']} aliases), {human_size(weights['bytes'])}")
     lines += [f"  {human_size(w['bytes']):>10}  {w['name']}  {w['dtype']}{w['shape']}" for w in weights["largest"]]

@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import hashlib
 from functools import lru_cache
-from typing import Callable, Sequence
+from typing import Callable, NamedTuple, Sequence
 
 import jax
 import jax.numpy as jnp
+import torch
 from jax import export as jax_export
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import func
@@ -28,16 +29,21 @@ from ..values import dtype_of, enclosing_module, value_type
 
 
 def call_jax(ctx, function: Callable, operands: Sequence[ir.Value], sizes: Sequence[Sequence] | None = None,
-             **static) -> list[ir.Value]:
+             *, name: str | None = None, platform: str | None = None, **static) -> list[ir.Value]:
     """Results of ``function(*operands, **static)`` as JAX computes it. ``sizes`` (torch sizes, one list per
-    operand) are needed when an operand has a dynamic dim: equal symbolic sizes become one JAX variable."""
+    operand) are needed when an operand has a dynamic dim: equal symbolic sizes become one JAX variable, and a
+    ``torch.SymInt`` among the ``static`` values (or in a tuple of them) becomes the JAX dimension of the operand
+    dim of that size. ``name`` (default: the function's) names the private function; ``platform`` lowers for
+    that JAX platform (default: JAX's default backend)."""
     symbols: dict = {}
     specs = tuple(_spec(value, None if sizes is None else sizes[i], symbols) for i, value in enumerate(operands))
-    text = _lowered(function, specs, tuple(sorted(static.items())))
+    static = {key: _dims_as_variables(value, symbols) for key, value in static.items()}
+    text = _lowered(function, specs, tuple(sorted(static.items())), platform)
     # one function per text and symbolic sizes: shape refinement specialises a function once, so two calls
     # with different sizes (same ``?`` types) need two copies
     key = text + repr(sorted((variable, str(size.node.expr)) for variable, size in symbols.items()))
-    name = f"jax_{getattr(function, '__name__', 'fn').strip('_<>')}_{hashlib.sha1(key.encode()).hexdigest()[:10]}"
+    stem = (name or getattr(function, "__name__", "fn")).strip("_<>")
+    name = f"jax_{stem}_{hashlib.sha1(key.encode()).hexdigest()[:10]}"
     module = enclosing_module()
     if name not in ir.SymbolTable(module):
         _DIM_VARIABLES[name] = _import_functions(text, name, module.regions[0].blocks[0])
@@ -68,11 +74,40 @@ def _spec(value: ir.Value, sizes, symbols: dict) -> tuple:
     return tuple(dims), str(dtype_of(value)).removeprefix("torch.")
 
 
+class DimVariable(NamedTuple):
+    """A static argument standing for a JAX dimension variable (a ``torch.SymInt`` given to ``call_jax``)."""
+    name: str
+
+
+def _dims_as_variables(value, symbols: dict):
+    """``value`` (or a tuple's items) with each ``torch.SymInt`` replaced by the ``DimVariable`` of the operand
+    dim of that size."""
+    if isinstance(value, tuple):
+        return tuple(_dims_as_variables(item, symbols) for item in value)
+    if not isinstance(value, torch.SymInt):
+        return value
+    expr = str(value.node.expr)
+    variable = next((name for name, size in symbols.items() if str(size.node.expr) == expr), None)
+    if variable is None:
+        raise NotImplementedError(f"the symbolic size {expr} is no dim of a tensor operand: a JAX function can take "
+                                  "a symbolic size only as the size of one of its tensor arguments")
+    return DimVariable(variable)
+
+
 _SCOPE = jax_export.SymbolicScope()
 
 
+def _jax_value(value):
+    """A static argument as the JAX function takes it: a ``DimVariable`` as JAX's symbolic dimension."""
+    if isinstance(value, DimVariable):
+        return jax_export.symbolic_shape(value.name, scope=_SCOPE)[0]
+    if isinstance(value, tuple):
+        return tuple(_jax_value(item) for item in value)
+    return value
+
+
 @lru_cache(maxsize=256)
-def _lowered(function: Callable, specs: tuple, static: tuple) -> str:
+def _lowered(function: Callable, specs: tuple, static: tuple, platform: str | None = None) -> str:
     """StableHLO text of ``function`` for these operand specs (x64 enabled, scoped, so 64-bit types stay)."""
     with jax.enable_x64(True):
         args = []
@@ -80,7 +115,9 @@ def _lowered(function: Callable, specs: tuple, static: tuple) -> str:
             if any(isinstance(d, str) for d in dims):
                 dims = jax_export.symbolic_shape(", ".join(str(d) for d in dims), scope=_SCOPE)
             args.append(jax.ShapeDtypeStruct(tuple(dims), jnp.dtype(dtype)))
-        lowered = jax.jit(lambda *xs: function(*xs, **dict(static)), keep_unused=True).lower(*args)
+        static_values = {key: _jax_value(value) for key, value in static}
+        traced = jax.jit(lambda *xs: function(*xs, **static_values), keep_unused=True).trace(*args)
+        lowered = traced.lower(lowering_platforms=(platform,)) if platform else traced.lower()
         return _without_sharding_rules(lowered.compiler_ir("stablehlo"))
 
 

@@ -13,16 +13,14 @@ write and the written rows apart (``emit.contraction.written_rows``).
 """
 from __future__ import annotations
 
-import hashlib
 import math
-import re
 
 import torch
 from jaxlib.mlir import ir
-from jaxlib.mlir.dialects import func, stablehlo
+from jaxlib.mlir.dialects import stablehlo
 
 from ..constants import full_like
-from ..context import LoweringContext
+from ..emit.composites import composite
 from ..emit.contraction import contract, written_rows
 from ..emit.elementwise import compare
 from ..emit.random_bits import dropout_values
@@ -30,62 +28,10 @@ from ..emit.reductions import reduce
 from ..mlir_types import mlir_shape, tensor_type
 from ..promotion import compute_dtype, convert
 from ..registry import lower
-from ..shape_values import SymbolicDims
 from ..shapes import broadcast_in_dim, broadcast_to, iota, reshape
-from ..values import dtype_of, enclosing_module, value_type
+from ..values import dtype_of
 
 aten = torch.ops.aten
-
-
-# -- the composite wrapper ------------------------------------------------------------
-
-def _argument_dims(arguments, metas) -> SymbolicDims:
-    """Sizes inside a decomposition function, which cannot see the graph's inputs: each symbolic size is read
-    from a dim of the function's arguments that has it."""
-    dims = SymbolicDims()
-    for value, meta in zip(arguments, metas):
-        dims.bind_input(value, meta.shape)
-    return dims
-
-
-def _composite(ctx, name: str, operands, metas, attributes: dict, result_types, body):
-    """``stablehlo.composite`` named ``name`` whose decomposition is a private function of the module;
-    ``body(body_ctx, *arguments)`` emits it and returns its results. A function the module already has with
-    the same ops (every layer of a transformer) is used instead of a copy."""
-    module = enclosing_module()
-    stem = name.replace(".", "_") + _sizes_tag(ctx, operands)
-    function = func.FuncOp(stem, ([v.type for v in operands], result_types),
-                           visibility="private", ip=ir.InsertionPoint(module.regions[0].blocks[0]))
-    symbol = ir.SymbolTable(module).insert(function.operation).value
-    block = function.add_entry_block()
-    body_ctx = LoweringContext(ctx.node, _argument_dims(block.arguments, metas), ctx.lower_graph, mesh=ctx.mesh)
-    with ir.InsertionPoint(block):
-        func.ReturnOp(body(body_ctx, *block.arguments))
-    text = _ops_text(function)
-    twin = next((f for f in module.regions[0].blocks[0].operations if isinstance(f, func.FuncOp)
-                 and f.sym_name.value != symbol and f.visibility.value == "private" and f.type == function.type
-                 and re.fullmatch(re.escape(stem) + r"(_\d+)?", f.sym_name.value) and _ops_text(f) == text), None)
-    if twin is not None:
-        function.operation.erase()
-        symbol = twin.sym_name.value
-    return stablehlo.composite(result_types, operands, name, ir.FlatSymbolRefAttr.get(symbol), 0,
-                               composite_attributes=attributes)
-
-
-def _sizes_tag(ctx, operands) -> str:
-    """A suffix naming the operands' symbolic sizes (none where every size is static). Functions are shared only
-    between calls with the same tag: two ``?`` dims print alike but may be different sizes (an encoder's and a
-    decoder's lengths), and shape refinement specialises a function once."""
-    if all(value_type(v).has_static_shape for v in operands):
-        return ""
-    sizes = repr([ctx.dims.sizes_of(v) for v in operands])
-    return "_" + hashlib.sha1(sizes.encode()).hexdigest()[:8]
-
-
-def _ops_text(function: func.FuncOp) -> str:
-    """A function's signature and ops, without its name or locations."""
-    text = function.operation.get_asm(enable_debug_info=False, use_local_scope=True)
-    return text.replace(function.sym_name.value, "", 1)
 
 
 # -- the decomposition ------------------------------------------------------------------
@@ -199,7 +145,7 @@ def _attention_composite(ctx, name, query, key, value, mask, scale, is_causal, g
         results = _attention(body_ctx, metas, query, key, value, mask, scale, is_causal, groups, outputs)
         return [convert(r, m.dtype) for r, m in zip(results, out_metas)]
 
-    return _composite(ctx, name, operands, metas, attributes, [tensor_type(m.shape, m.dtype) for m in out_metas],
+    return composite(ctx, name, operands, metas, attributes, [tensor_type(m.shape, m.dtype) for m in out_metas],
                       body)
 
 

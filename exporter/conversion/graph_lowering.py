@@ -52,8 +52,9 @@ class GraphLowering:
     """Lowers the graph of one ExportedProgram into a fresh ``ir.Module``."""
 
     def __init__(self, graph_module: torch.fx.GraphModule, signature: Signature,
-                 exposed: Sequence[torch.fx.Node] = (), writes: dict | None = None):
+                 exposed: Sequence[torch.fx.Node] = (), writes: dict | None = None, platform: str | None = None):
         self.graph_module = graph_module
+        self.platform = platform  # the platform it runs on, which picks a user's lowering for it (None: any)
         self.signature = signature
         self.exposed = list(exposed)  # top-graph nodes whose values @main also returns, after everything else
         self._values: dict[torch.fx.Node, object] = {}  # the top graph's lowered values
@@ -127,10 +128,17 @@ class GraphLowering:
             sizes.append(self.dims.actual.size(_size_named(metas, name)))
         return sizes
 
-    def lower_graph(self, graph_module: torch.fx.GraphModule, inputs: Sequence) -> list:
-        """Lower a graph given the values of its placeholders; returns its flat outputs. An in-place node that
-        ``exporter.conversion.inplace`` functionalises is lowered as its out-of-place twin, and the node it writes is rebound
-        to the result."""
+    def lower_graph(self, graph_module: torch.fx.GraphModule, inputs: Sequence, dims: PaddedDims | None = None) -> list:
+        """Lower a graph given the values of its placeholders; returns its flat outputs. ``dims``: where its
+        symbolic sizes are read (a decomposition function's arguments; default: ``@main``'s). An in-place node
+        that ``exporter.conversion.inplace`` functionalises is lowered as its out-of-place twin, and the node it
+        writes is rebound to the result."""
+        if dims is not None and dims is not self.dims:
+            outer, self.dims = self.dims, dims
+            try:
+                return self.lower_graph(graph_module, inputs)
+            finally:
+                self.dims = outer
         env: dict[torch.fx.Node, object] = {}
         writes = self._writes if graph_module is self.graph_module else functionalised(graph_module)
         placeholders = iter(inputs)
@@ -188,8 +196,8 @@ class GraphLowering:
             if isinstance(meta, torch.SymInt) and self.dims.bound and self.dims.knows(meta):
                 return self.dims.actual.size(meta)  # a data-dependent size as a value: its true size
             self._check_padded_operands(node, name)
-            rule = lowering_for(target)
-            if rule is None:  # checked before the walk; only reachable for nested graphs
+            rule = lowering_for(target, self.platform)
+            if rule is None:  # checked before the walk; reachable for nested graphs and other platforms' rules
                 raise LoweringError(f"no lowering for {name} at {describe(node)}")
             args = torch.fx.node.map_arg(node.args, env.__getitem__)
             kwargs = torch.fx.node.map_arg(node.kwargs, env.__getitem__)

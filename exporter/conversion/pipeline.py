@@ -22,6 +22,7 @@ from torch_stablehlo.quantize import lowering_graph, plain_quantized_weights, pr
 from torch_stablehlo.stablehlo_ir.mlir_context import make_context
 
 from ..errors import LoweringError, UnsupportedOpsError
+from .composites import outline_composites
 from .graph_lowering import GraphLowering, functionalised_for, unsupported_targets
 from .inplace import functionalised, unfunctionalised_mutations, written_placeholders
 from .locations import describe
@@ -39,9 +40,10 @@ class Conversion:
     writes: dict                         # its in-place nodes the walk lowers functionally (``inplace.functionalised``)
     weights: dict[str, torch.Tensor]     # @main's held arguments: the weights and the state's exported values
 
-    def lower(self, exposed: Sequence[torch.fx.Node] = ()) -> ir.Module:
-        """``@main`` in a fresh module; it also returns the values of the ``exposed`` top-graph nodes, last."""
-        return GraphLowering(self.graph_module, self.signature, exposed, self.writes).lower(make_context())
+    def lower(self, exposed: Sequence[torch.fx.Node] = (), platform: str | None = None) -> ir.Module:
+        """``@main`` in a fresh module; it also returns the values of the ``exposed`` top-graph nodes, last.
+        ``platform`` picks the user's lowerings registered for it (``exporter.lowering``)."""
+        return GraphLowering(self.graph_module, self.signature, exposed, self.writes, platform).lower(make_context())
 
 
 def convert(model, args=(), kwargs=None, *, dynamic_shapes=None, quantized_ops: str = "fused", mesh=None,
@@ -52,8 +54,8 @@ def convert(model, args=(), kwargs=None, *, dynamic_shapes=None, quantized_ops: 
     checked = program.graph_module
     program = fold_weight_stacks(program)
     signature = shard_signature(signature_of(program), mesh, shardings, program.graph_module)
-    graph_module = lowering_graph(program, quantized_ops)
-    if graph_module is not checked:  # stacks folded or quantization ops annotated: a copy, with nodes of its own
+    graph_module = outline_composites(lowering_graph(program, quantized_ops))
+    if graph_module is not checked:  # stacks folded, quantization ops annotated or composites outlined: a copy
         writes = functionalised_for(graph_module, signature)
     return Conversion(program, signature, graph_module, writes, _held_values(program, signature))
 
