@@ -102,8 +102,9 @@ MODULE_ARGS = {
     "dynamic": (["--only", "mlp"], "one small model"),
     "regenerate": (["--only", "mlp", "--data-dir", "golden-data"], "one model, into this folder, not golden/data"),
     "serving": (["--only", "mlp"], "one small model"),
+    "model_sweep": (["--only", "gpt2", "--out", "models-report"], "one small model, into this folder, not docs"),
 }
-SLOW_MODULES = {"serving"}  # a SavedModel, saved_model_cli and a second process per model: ~15 s of CPU
+SLOW_MODULES = {"serving", "model_sweep"}  # a SavedModel, saved_model_cli and a second process per model: ~15 s of CPU
 AS_WRITTEN_TOO = {"demo"}  # also run as written, among the slow ones (make demo: GPT-2 12-layer and the export_generate part)
 BENCH_ARGS = {
     "convert_speed.py": ["--small"],
