@@ -56,6 +56,7 @@ def sweep_model(entry: ModelEntry, folder: Path) -> dict:
     saved = (_saved_model_pass(served, model, entry.inputs(dynamic=artifact is not None), folder) if served
              else {"status": ERROR, "reason": "nothing converted to save"})
     return {"category": entry.category, "model_class": entry.model_class, "dims": list(entry.symbolic),
+            "notes": entry.notes,
             "static": static, "dynamic": dynamic, "saved_model": saved}
 
 
@@ -185,8 +186,8 @@ def markdown(results: dict[str, dict]) -> str:
              "outputs and passes. Convert: `export_to_stablehlo` on the ExportedProgram (torch.export excluded) "
              "in a process that has converted another model, static / dynamic. Re-traced: whether it called "
              "`ExportedProgram.run_decompositions`.", "",
-             "| model | category | class | static | dynamic | SavedModel | max error | convert s | re-traced |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "| model | category | class | static | dynamic | SavedModel | max error | convert s | re-traced | notes |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for name, r in results.items():
         passes = [r[p] for p in PASSES]
         worst = max((p["max_error"] for p in passes if "max_error" in p), default=None)
@@ -195,7 +196,7 @@ def markdown(results: dict[str, dict]) -> str:
         dynamic = f"{_status(r['dynamic'])} ({', '.join(r['dims'])})"
         lines.append(f"| {name} | {r['category']} | `{r['model_class']}` | {_status(r['static'])} | {dynamic} | "
                      f"{_status(r['saved_model'])} | {'-' if worst is None else f'{worst:.1e}'} | {seconds} | "
-                     f"{retraced} |")
+                     f"{retraced} | {_escape(r['notes'])} |")
     problems = [(name, p, r[p]) for name, r in results.items() for p in PASSES if r[p]["status"] != PASSED]
     lines += ["", f"## Passes that did not pass ({len(problems)})", "", "| model | pass | status | reason |",
               "|---|---|---|---|"]

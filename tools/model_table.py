@@ -65,7 +65,7 @@ class ModelEntry:
     config: dict
     kind: InputKind
     dynamic: tuple[str, ...] | None = None   # the size names made symbolic, when fewer than the kind's
-    notes: str = ""
+    notes: str = ""    # why the dynamic pass makes fewer dims symbolic than the kind (torch.export's limit)
 
     def build(self) -> nn.Module:
         model_class = getattr(transformers, self.model_class)
@@ -117,7 +117,7 @@ MODELS: dict[str, ModelEntry] = {entry.name: entry for entry in [
         ("qwen2", "Qwen2ForCausalLM", dict(DECODER, num_key_value_heads=2)),
         ("gemma2", "Gemma2ForCausalLM", dict(DECODER, num_key_value_heads=2, head_dim=8, query_pre_attn_scalar=8,
                                              sliding_window=4)),
-        ("phi3", "Phi3ForCausalLM", dict(DECODER, num_key_value_heads=2, pad_token_id=0)),
+        ("phi3", "Phi3ForCausalLM", dict(DECODER, num_key_value_heads=2, pad_token_id=0, eos_token_id=2)),
         ("gpt_neox", "GPTNeoXForCausalLM", DECODER),
         ("falcon", "FalconForCausalLM", dict(DECODER, multi_query=True, bos_token_id=1, eos_token_id=2)),
         ("bloom", "BloomForCausalLM", dict(hidden_size=32, n_layer=2, n_head=4, vocab_size=VOCAB, use_cache=False)),
@@ -171,13 +171,17 @@ MODELS: dict[str, ModelEntry] = {entry.name: entry for entry in [
         ("mixtral", "MixtralForCausalLM", dict(MOE, num_local_experts=4)),
         ("qwen2_moe", "Qwen2MoeForCausalLM", dict(MOE, num_experts=4, moe_intermediate_size=32,
                                                   shared_expert_intermediate_size=48)),
-        ("olmoe", "OlmoeForCausalLM", dict(MOE, num_experts=4)),
+        ("olmoe", "OlmoeForCausalLM", dict(MOE, num_experts=4, eos_token_id=2)),
     ]),
     *_entries("state-space", TEXT, [
         ("mamba", "MambaForCausalLM", dict(hidden_size=32, num_hidden_layers=2, vocab_size=VOCAB, state_size=8,
-                                           use_cache=False)),
+                                           use_cache=False), ("batch",),
+         "torch.export specialises the sequence (the reference scan loops over it): `Constraints violated "
+         "(sequence)! ... your code specialized it to be a constant (7)`"),
         ("mamba2", "Mamba2ForCausalLM", dict(hidden_size=32, num_hidden_layers=2, vocab_size=VOCAB, state_size=8,
-                                             head_dim=16, num_heads=4, n_groups=1, chunk_size=4, use_cache=False)),
+                                             head_dim=16, num_heads=4, n_groups=1, chunk_size=4, use_cache=False),
+         ("batch",), "torch.export guards the sequence to whole chunks: `Constraints violated (sequence)! Not all "
+                     "values of sequence ... satisfy the generated guard`"),
     ]),
     *_entries("multimodal", TEXT_AND_IMAGES, [
         ("clip", "CLIPModel", dict(text_config=dict(TOWER, vocab_size=VOCAB, max_position_embeddings=64),
