@@ -15,13 +15,14 @@ Each model goes through three passes:
 A pass passes when every output is within the float32 tolerance of ``exporter.tolerances`` (``max |error| <= atol +
 rtol * max |eager|``). Where ``torch.export.export`` itself raises, the pass records torch's exception
 (``torch.export``): torch's limit, not ours. The conversion time is ``export_to_stablehlo`` on the
-ExportedProgram alone, in a worker that has already converted another model; ``re-traced`` says whether it called
-``ExportedProgram.run_decompositions``.
+ExportedProgram alone, in a worker that has already converted another model, after a garbage collection;
+``re-traced`` says whether it called ``ExportedProgram.run_decompositions``.
 """
 from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import json
 import multiprocessing
 import os
@@ -41,6 +42,7 @@ from .model_table import MODELS, ModelEntry
 
 PASSES = ("static", "dynamic", "saved_model")
 PASSED, FAILED, ERROR, TORCH_EXPORT = "passed", "failed", "error", "torch.export"
+CONVERSION_BUDGET_S = 0.2  # issue 23: every conversion within it, or the report says which are not
 
 
 # -- one model -------------------------------------------------------------------------------------
@@ -66,6 +68,7 @@ def _converted_pass(model, example: dict, dynamic_shapes, checked: dict):
         program = torch.export.export(model, (), example, strict=False, dynamic_shapes=dynamic_shapes)
     except Exception as error:  # torch's limit: recorded, not ours
         return {"status": TORCH_EXPORT, "reason": _reason(error)}, None
+    gc.collect()  # earlier models' garbage: a full collection inside the timed call would cost up to a second
     try:
         with _counting_retraces() as retraces:
             start = time.perf_counter()
@@ -181,6 +184,7 @@ def markdown(results: dict[str, dict]) -> str:
              f"- torch {torch.__version__}, {len(results)} transformers architectures (random weights, seeded).",
              *(f"- {p}: **{counts[p]} of {len(results)}** pass; {limits[p]} torch.export cannot export."
                for p in PASSES),
+             f"- Conversions over {CONVERSION_BUDGET_S} s: {', '.join(_slow(results)) or 'none'}.",
              "- A pass passes when every output is within float32's tolerance (`exporter/tolerances.py`: "
              f"max |error| <= {atol:g} + {rtol:g} x max |eager|). Max error: the largest max |ours - eager| over the "
              "outputs and passes. Convert: `export_to_stablehlo` on the ExportedProgram (torch.export excluded) "
@@ -203,6 +207,12 @@ def markdown(results: dict[str, dict]) -> str:
     lines += [f"| {name} | {p} | {record['status']} | {_escape(record.get('reason', ''))} |"
               for name, p, record in problems]
     return "\n".join(lines) + "\n"
+
+
+def _slow(results: dict[str, dict]) -> list[str]:
+    """``model (pass, seconds)`` for each conversion over the budget."""
+    return [f"{name} ({p}, {r[p]['convert_s']:.2f} s)" for name, r in results.items() for p in PASSES
+            if r[p].get("convert_s", 0) > CONVERSION_BUDGET_S]
 
 
 def _status(record: dict) -> str:
