@@ -13,8 +13,8 @@ README's own command that writes it. Each Python block runs with a preamble defi
 (``model``, ``x``, ``art``, ``quantizer``, ...) and a check of what it made; a block without one fails.
 
 ``make test`` runs the commands that take seconds; ``make check-commands`` runs every one, also those that take
-longer: the bench scripts but ``run_speed.py`` (``make bench-large`` included) and ``make coverage`` at small
-sizes, ``make demo`` as written, ``make test-full``'s collection, the Model Explorer server, the serving check. ``.ci/run`` runs those after ``make test``
+longer: the bench scripts but ``run_speed.py`` (``make bench-large`` included), ``make coverage`` and ``make models``
+at small sizes, ``make demo`` as written, ``make test-full``'s collection, the Model Explorer server, the serving check. ``.ci/run`` runs those after ``make test``
 (``--documented-commands slow``; see ``conftest.py``).
 """
 from __future__ import annotations

@@ -188,8 +188,8 @@ def markdown(results: dict[str, dict]) -> str:
              "- A pass passes when every output is within float32's tolerance (`exporter/tolerances.py`: "
              f"max |error| <= {atol:g} + {rtol:g} x max |eager|). Max error: the largest max |ours - eager| over the "
              "outputs and passes. Convert: `export_to_stablehlo` on the ExportedProgram (torch.export excluded) "
-             "in a process that has converted another model, static / dynamic. Re-traced: whether it called "
-             "`ExportedProgram.run_decompositions`.", "",
+             "in a process that has converted another model, after a garbage collection, static / dynamic. "
+             "Re-traced: whether it called `ExportedProgram.run_decompositions`.", "",
              "| model | category | class | static | dynamic | SavedModel | max error | convert s | re-traced | notes |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for name, r in results.items():
