@@ -50,7 +50,7 @@ def _unread_tail_dropped(ctx, x, in_sizes, out_sizes, kernel, padding, stride, d
         excess = size + low + high - ((out - 1) * s + (k - 1) * d + 1) if static else 0
         cut = min(max(excess, 0), max(high, 0))
         trimmed.append((low, high - cut))
-        rows = min(max(excess - cut, 0), size - 1) if static else 0
+        rows = max(min(excess - cut, size - 1), 0) if static else 0
         if rows:
             sizes[i + 2] = size - rows
             x = slice_dim(ctx, x, i + 2, 0, sizes[i + 2], sizes)
