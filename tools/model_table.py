@@ -27,8 +27,8 @@ DYNAMIC_SIZES = {"batch": 3, "sequence": 5, "target": 6, "samples": 560}
 
 @dataclass(frozen=True)
 class InputKind:
-    """``inputs``: input name -> its shape, each dim a size name (``batch``, ...) or an int; ``dtype`` per input
-    (float32 when not named); ``dynamic``: the size names exported as symbolic dims."""
+    """``inputs``: input name -> its shape, each dim a size name (``batch``, ...) or an int; ``dynamic``: the size
+    names exported as symbolic dims; ``integer``: the inputs drawn as token ids (the others: float32 normals)."""
     inputs: dict[str, tuple]
     dynamic: tuple[str, ...]
     integer: tuple[str, ...] = ()    # inputs that are token ids
