@@ -1,7 +1,8 @@
 # `make demo` and `make test` each set up .venv (torch pinned by constraints.txt) and run.
 # `make test` checks a fixed sample of the OpInfo sweep (tests/tools/test_opinfo_sweep.py) and prints the slowest
 # tests and the time per test directory; `make test-full` checks every OpInfo entry (most of an hour on 2 cores);
-# `make coverage` re-sweeps everything and regenerates docs/coverage.md and docs/coverage.json.
+# `make coverage` re-sweeps everything and regenerates docs/coverage.md and docs/coverage.json;
+# `make models` sweeps the transformers architectures of tools/model_table.py into docs/models.md and docs/models.json.
 # `make check-commands` runs every command README.md and this Makefile show, at small sizes
 # (tests/test_documented_commands.py; `make test` runs the ones that take seconds, .ci/run the others too).
 PYTHON ?= python3
@@ -9,7 +10,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-full check-commands coverage golden bench bench-large clean
+.PHONY: demo test test-full check-commands coverage models golden bench bench-large clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -30,6 +31,9 @@ check-commands: $(STAMP)
 
 coverage: $(STAMP)
 	$(PY) -m torch_stablehlo coverage
+
+models: $(STAMP)
+	$(PY) -m torch_stablehlo.tools.model_sweep
 
 golden: $(STAMP)
 	$(PY) -m torch_stablehlo.golden.regenerate

@@ -13,8 +13,8 @@ README's own command that writes it. Each Python block runs with a preamble defi
 (``model``, ``x``, ``art``, ``quantizer``, ...) and a check of what it made; a block without one fails.
 
 ``make test`` runs the commands that take seconds; ``make check-commands`` runs every one, also those that take
-longer: the bench scripts but ``run_speed.py`` (``make bench-large`` included) and ``make coverage`` at small
-sizes, ``make demo`` as written, ``make test-full``'s collection, the Model Explorer server, the serving check. ``.ci/run`` runs those after ``make test``
+longer: the bench scripts but ``run_speed.py`` (``make bench-large`` included), ``make coverage`` and ``make models``
+at small sizes, ``make demo`` as written, ``make test-full``'s collection, the Model Explorer server, the serving check. ``.ci/run`` runs those after ``make test``
 (``--documented-commands slow``; see ``conftest.py``).
 """
 from __future__ import annotations
@@ -102,8 +102,9 @@ MODULE_ARGS = {
     "dynamic": (["--only", "mlp"], "one small model"),
     "regenerate": (["--only", "mlp", "--data-dir", "golden-data"], "one model, into this folder, not golden/data"),
     "serving": (["--only", "mlp"], "one small model"),
+    "model_sweep": (["--only", "gpt2", "--out", "models-report"], "one small model, into this folder, not docs"),
 }
-SLOW_MODULES = {"serving"}  # a SavedModel, saved_model_cli and a second process per model: ~15 s of CPU
+SLOW_MODULES = {"serving", "model_sweep"}  # a SavedModel, saved_model_cli and a second process per model: ~15 s of CPU
 AS_WRITTEN_TOO = {"demo"}  # also run as written, among the slow ones (make demo: GPT-2 12-layer and the export_generate part)
 BENCH_ARGS = {
     "convert_speed.py": ["--small"],

@@ -37,6 +37,26 @@ def _spatial_static(value: ir.Value, n: int, what: str) -> list[int]:
 
 # -- convolution -----------------------------------------------------------------
 
+def _unread_tail_dropped(ctx, x, in_sizes, out_sizes, kernel, padding, stride, dilation):
+    """The input and padding of a strided convolution without the trailing rows no window reads (fewer than a
+    stride: high padding first, then input rows), along static spatial dims. The result is the same; IREE 3.13
+    (llvm-cpu) refuses a convolution whose output has one row along a dim and whose padded input is longer
+    than its window reaches (a 3x3, stride 2, padding 1 convolution of a 2x2 image: ResNet's last stage), and
+    accepts it trimmed. ``in_sizes`` and ``out_sizes`` are torch sizes, batched."""
+    trimmed, sizes = [], list(in_sizes)
+    for i, (size, out, k, (low, high), s, d) in enumerate(zip(in_sizes[2:], out_sizes[2:], kernel, padding, stride,
+                                                                dilation)):
+        static = isinstance(size, int) and isinstance(out, int) and out > 0
+        excess = size + low + high - ((out - 1) * s + (k - 1) * d + 1) if static else 0
+        cut = min(max(excess, 0), max(high, 0))
+        trimmed.append((low, high - cut))
+        rows = max(min(excess - cut, size - 1), 0) if static else 0
+        if rows:
+            sizes[i + 2] = size - rows
+            x = slice_dim(ctx, x, i + 2, 0, sizes[i + 2], sizes)
+    return x, trimmed
+
+
 def _transposed_kernel(ctx, weight, groups: int):
     """A transposed convolution's weight (in, out/groups, k...) as a forward kernel and its (output, input)
     feature dims: spatially reversed, and with groups its features swapped within each group."""
@@ -49,11 +69,11 @@ def _convolution(ctx, x, weight, bias, stride, padding, dilation, transposed, ou
     """``padding`` is a list of (low, high) pairs per spatial dim."""
     n = rank(weight) - 2
     stride, dilation = per_dim(stride, n), per_dim(dilation, n)
-    out_sizes = list(ctx.out_shape)
+    out_sizes, in_sizes = list(ctx.out_shape), list(ctx.arg_meta(0).shape)
     unbatched = rank(x) == n + 1
     if unbatched:
-        x = reshape(ctx, x, [1] + list(ctx.arg_meta(0).shape))
-        out_sizes = [1] + out_sizes
+        x = reshape(ctx, x, [1] + in_sizes)
+        out_sizes, in_sizes = [1] + out_sizes, [1] + in_sizes
     dtype = compute_dtype(ctx.out_dtype)
     x, weight = convert(x, dtype), convert(weight, dtype)
     options = dict(window_strides=stride, rhs_dilation=dilation)
@@ -65,6 +85,9 @@ def _convolution(ctx, x, weight, bias, stride, padding, dilation, transposed, ou
         padding = [(d * (k - 1) - lo, d * (k - 1) - hi + e)
                    for d, k, (lo, hi), e in zip(dilation, kernel, padding, extra)]
         options = dict(window_strides=[1] * n, lhs_dilation=stride, rhs_dilation=dilation)
+    else:
+        x, padding = _unread_tail_dropped(ctx, x, in_sizes, out_sizes, static_shape(weight)[2:], padding, stride,
+                                          dilation)
     result_type = ir.RankedTensorType.get(mlir_shape(out_sizes), element_type(dtype))
     out = convolve(result_type, x, weight, padding, groups, kernel_dims, **options)
     if bias is not None:

@@ -141,7 +141,7 @@ def view_dtype(ctx, x, _dtype):
     return convert(value, ctx.out_dtype)
 
 
-@lower(aten.expand.default, aten.expand_as.default, aten.expand_copy.default)
+@lower(aten.expand.default, aten.expand_as.default, aten.expand_copy.default, aten.broadcast_to.default)
 def expand(ctx, x, *_size_args, implicit=False):
     return broadcast_to(ctx, x, ctx.out_shape)
 

@@ -29,6 +29,29 @@ def test_conv(dims, cin, cout, options):
     assert_matches_eager(getattr(nn, f"Conv{dims}d")(cin, cout, **options), torch.randn(2, cin, *[7] * dims))
 
 
+UNREAD_TAIL_CASES = [  # (input size, options, the convolution's padding once the unread tail is dropped)
+    (2, dict(kernel_size=3, stride=2, padding=1), "[[1, 0], [1, 0]]"),  # ResNet's last stage: one output row
+    (4, dict(kernel_size=3, stride=2), "[[0, 0], [0, 0]]"),             # an input row no window reads
+    (11, dict(kernel_size=3, stride=3, padding=1, dilation=2), "[[1, 0], [1, 0]]"),  # padding and an input row
+    (7, dict(kernel_size=3, stride=2, padding=1), "[[1, 1], [1, 1]]"),  # every row read: as it was
+]
+
+
+@pytest.mark.parametrize("size, options, padding", UNREAD_TAIL_CASES)
+def test_strided_conv_reads_no_trailing_rows(size, options, padding):
+    """Trailing rows no window reads are dropped (high padding first, then input rows): the same result, and
+    the form IREE compiles (tests/iree)."""
+    conv = nn.Conv2d(3, 4, **options)
+    artifact = assert_matches_eager(conv, torch.randn(2, 3, size, size))
+    (line,) = [line for line in artifact.stablehlo_text.splitlines() if "stablehlo.convolution" in line]
+    assert f"pad = {padding}" in line
+
+
+def test_strided_conv_reads_no_trailing_rows_under_a_symbolic_batch():
+    conv = nn.Conv2d(3, 4, kernel_size=3, stride=3, padding=1, dilation=2)
+    assert_matches_eager(conv, torch.randn(2, 3, 11, 11), dynamic_shapes=({0: torch.export.Dim("batch", max=8)},))
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_conv_low_precision(dtype):
     conv = nn.Conv2d(3, 4, 3, padding=1).to(dtype)

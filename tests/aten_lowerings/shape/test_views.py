@@ -121,6 +121,12 @@ def test_repeat_interleave_with_int_repeats_has_its_own_rule():
                   make((2, 4, 5), normal=True))
 
 
+def test_broadcast_to_has_its_own_rule():
+    """torch.export keeps ``broadcast_to`` (WavLM's attention calls it): lowered as ``expand``, no re-trace."""
+    assert_lowers({torch.ops.aten.broadcast_to.default}, lambda x: torch.broadcast_to(x, (2, 4, 3, 5)),
+                  make((4, 1, 5), normal=True))
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.int32, torch.int64, torch.bool])
 @pytest.mark.parametrize("name", DTYPE_CASES)
 def test_other_dtypes(name, dtype):
