@@ -54,6 +54,7 @@ import jax  # noqa: E402  (the imports below start thread pools: after the CPUs 
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
+from generate_speed import recipe_tokens  # noqa: E402  (this folder's: the recipe's runner loop)
 from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
 from transformers.integrations.executorch import TorchExportableModuleForDecoderOnlyLM  # noqa: E402
 
@@ -154,8 +155,6 @@ def hf_eager(model, prompt):
 
 def recipe_artifact(model, cache: int):
     """Our artifact of transformers' recipe, exported with ``torch.export.export`` (strict=False)."""
-
-
     recipe = TorchExportableModuleForDecoderOnlyLM(model, batch_size=1, max_cache_len=cache)
     step = {"input_ids": torch.tensor([[0]]), "cache_position": torch.tensor([0])}
     return export_to_stablehlo(torch.export.export(recipe.model, (), step, strict=False))
@@ -173,13 +172,7 @@ def per_token_loop(artifact, prompt):
     def run(count):
         artifact.reset_state()
         run.calls.clear()
-        tokens = prompt[0].tolist()
-        for position in range(prompt.shape[1]):
-            logits = step(input_ids=prompt[:, position:position + 1], cache_position=torch.tensor([position]))
-        for _ in range(count):
-            tokens.append(int(logits[0, -1].argmax()))
-            logits = step(input_ids=torch.tensor([[tokens[-1]]]), cache_position=torch.tensor([len(tokens) - 1]))
-        return tokens
+        return recipe_tokens(step, prompt, count)
 
     run.calls = []
     return run

@@ -111,6 +111,22 @@ def hf_generate(model, prompt, new_tokens: int, cache_len: int):
                               max_cache_len=cache_len)
 
 
+def recipe_tokens(step, prompt, count: int) -> list[int]:
+    """transformers' recipe runner loop (``TorchExportableModuleWithStaticCache.generate``) over ``step`` (a per-token
+    call, ``step(input_ids=..., cache_position=...)`` -> logits, stateful): the prompt one token at a time, then
+    ``count`` greedy tokens, each fed back at the next position. The prompt's tokens and the new ones."""
+    import torch
+
+    tokens = prompt[0].tolist()
+    with torch.no_grad():
+        for position in range(prompt.shape[1]):
+            logits = step(input_ids=prompt[:, position:position + 1], cache_position=torch.tensor([position]))
+        for _ in range(count):
+            tokens.append(int(logits[0, -1].argmax()))
+            logits = step(input_ids=torch.tensor([[tokens[-1]]]), cache_position=torch.tensor([len(tokens) - 1]))
+    return tokens
+
+
 def rate(seconds_per_step: float, batch: int) -> str:
     return f"{seconds_per_step * 1e3:.2f} ms/token" if batch == 1 else f"{batch / seconds_per_step:.0f} tok/s"
 

@@ -50,7 +50,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from jax import lax  # noqa: E402
 from jaxlib.mlir import ir  # noqa: E402
-from generate_speed import BANDWIDTH_BYTES, FULL, SMALL, decoder, summing  # noqa: E402  (this folder's)
+from generate_speed import BANDWIDTH_BYTES, FULL, SMALL, decoder, recipe_tokens, summing  # noqa: E402  (this folder's)
 from run_speed import timed  # noqa: E402  (this folder's: the calls alternated, medians)
 from torchao.quantization import (Int8DynamicActivationInt8WeightConfig, Int8WeightOnlyConfig,  # noqa: E402
                                   IntxWeightOnlyConfig, quantize_)
@@ -120,14 +120,7 @@ def runner_loop(run, prompt, reset):
     """``loop(count)``: the recipe's runner loop over ``run``, the prompt and ``count`` greedy tokens."""
     def loop(count):
         reset(run)
-        tokens = prompt[0].tolist()
-        with torch.no_grad():
-            for position in range(prompt.shape[1]):
-                logits = run(input_ids=prompt[:, position:position + 1], cache_position=torch.tensor([position]))
-            for _ in range(count):
-                tokens.append(int(logits[0, -1].argmax()))
-                logits = run(input_ids=torch.tensor([[tokens[-1]]]), cache_position=torch.tensor([len(tokens) - 1]))
-        return tokens
+        return recipe_tokens(run, prompt, count)
 
     return loop
 
