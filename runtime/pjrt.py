@@ -126,7 +126,8 @@ class Executable:
             disk = "hit"
         else:
             refine = None if arg_shapes is None else (lambda text: refine_shapes(text, arg_shapes))
-            executable = self.client.compile_and_load(prepare_for_xla(mlir_text, refine), self.devices, options)
+            executable = self.client.compile_and_load(prepare_for_xla(mlir_text, refine, self.platform), self.devices,
+                                                     options)
             STATS["compiled"] += 1
             disk = "off" if not cache else f"miss ({cache.explain_miss(parts)})" if ANALYSIS.enabled else "miss"
             if cache:

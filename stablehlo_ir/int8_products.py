@@ -27,50 +27,38 @@ _DIGIT_BASE = 252.0  # 2 x 126: each remainder over the next scale stays within 
 
 
 def has_int8_products(mlir_text: str) -> bool:
-    """A cheap test for modules that may hold a product ``fast_int8_products`` rewrites."""
+    """A cheap test for modules that may hold a product ``rewrite_int8_product`` rewrites."""
     return "xi8>" in mlir_text and "stablehlo.dot_general" in mlir_text
 
 
-def fast_int8_products(module: ir.Module) -> None:
-    """Rewrite, in place, the int8 products described above (static shapes, no batch dims, one contracted dim)."""
-    found = []
-
-    def visit(op):
-        if op.name == "stablehlo.dot_general":
-            found.append(op)
-        return ir.WalkResult.ADVANCE
-
-    module.operation.walk(visit)
-    with module.context:
-        for op in found:
-            _rewrite(op)
-
-
-def _rewrite(op) -> None:
+def rewrite_int8_product(op) -> bool:
+    """Rewrite, in place, a ``dot_general`` that is one of the int8 products described above (static shapes, no
+    batch dims, one contracted dim); whether it was."""
     numbers = stablehlo.DotDimensionNumbers(op.attributes["dot_dimension_numbers"])
     lhs, rhs = op.operands
     result_type = ir.RankedTensorType(op.results[0].type)
     if numbers.lhs_batching_dimensions or len(numbers.lhs_contracting_dimensions) != 1 or not all(
             ir.RankedTensorType(v.type).has_static_shape for v in (lhs, rhs, op.results[0])):
-        return
+        return False
     lhs_dim, = numbers.lhs_contracting_dimensions
     rhs_dim, = numbers.rhs_contracting_dimensions
     lhs_shape = ir.RankedTensorType(lhs.type).shape
     if 0 in lhs_shape:
-        return
+        return False
     rows = int(np.prod(lhs_shape)) // lhs_shape[lhs_dim]
     weight = _int8_weight(rhs, rhs_dim, _is_int8(lhs))
     if weight is None:
-        return
+        return False
     with ir.InsertionPoint(op), op.location:
         if _is_int8(lhs) and rows == 1:
             replacement = _padded_row(lhs, lhs_shape[lhs_dim], *weight[:2], result_type)
         elif _is_f32(lhs) and rows <= DIGIT_ROWS and lhs_dim == len(lhs_shape) - 1:
             replacement = _digits_product(lhs, rows, lhs_shape[lhs_dim], *weight, result_type)
         else:
-            return
+            return False
     op.results[0].replace_all_uses_with(replacement)
     op.erase()
+    return True
 
 
 def _int8_weight(rhs: ir.Value, dim: int, int8_lhs: bool):

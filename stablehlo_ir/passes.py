@@ -8,7 +8,8 @@ from jaxlib.mlir import ir, passmanager
 from jaxlib.mlir.dialects import stablehlo
 
 from .mlir_context import make_context
-from .int8_products import fast_int8_products, has_int8_products
+from .float_products import has_float_products, rewrite_small_row_product
+from .int8_products import has_int8_products, rewrite_int8_product
 from .rewrites import expand_explicit_broadcasts, sign_quant_storage
 
 # chlo ops (erf, ...) have no VHLO form, so stablehlo's serializer rejects them: expand them into StableHLO first.
@@ -19,7 +20,8 @@ LEGALIZE_SHAPES = "builtin.module(func.func(shape-legalize-to-stablehlo),canonic
 # quant types (which PJRT refuses) as integer and float math; it emits chlo broadcasts
 LEGALIZE_QUANT = "builtin.module(func.func(stablehlo-legalize-quant-to-math))"
 # what prepare_for_xla does to a module, named in the compile cache's key: change it with the rewrites
-XLA_PREPARATION = "quant types legalized; int8 products padded or split into digits (int8_products v1)"
+XLA_PREPARATION = ("quant types legalized; on CPU, int8 products padded or split into digits (int8_products v1) and "
+                   "small float32 row products through the weight's transpose (float_products v1)")
 
 
 @lru_cache(maxsize=None)
@@ -67,21 +69,24 @@ def _foreign_ops(module: ir.Module) -> list[str]:
     return found
 
 
-def prepare_for_xla(mlir_text: str, refine=None) -> str:
-    """The module as XLA compiles it: quant types legalized to integer math, products on int8 weights in the
-    forms XLA's CPU backend runs fast (``int8_products``); a copy, the input is unchanged.
+def prepare_for_xla(mlir_text: str, refine=None, platform: str = "cpu") -> str:
+    """The module as XLA compiles it for ``platform``: quant types legalized to integer math and, on CPU,
+    products in the forms XLA's CPU backend runs fast at decode shapes (``int8_products``, ``float_products``); a
+    copy, the input is unchanged.
 
     ``refine`` (text -> text, e.g. ``?`` dims specialised to one call's shapes) runs first, or, with quant types,
     between their legalization and the expansion of the broadcasts it leaves: shape refinement crashes on a
     ``dot_general`` of quant types with a dynamic dim, and the expanded broadcasts need static shapes.
-    Returns ``mlir_text`` itself when it has no quant types, no int8 products and nothing to refine (no parsing,
-    no passes).
+    Returns ``mlir_text`` itself when it has no quant types, no product to rewrite and nothing to refine (no
+    parsing, no passes).
     """
     quantized = "!quant." in mlir_text
-    if not quantized and not has_int8_products(mlir_text):
+    cpu_products = platform == "cpu" and (has_int8_products(mlir_text) or has_float_products(mlir_text))
+    if not quantized and not cpu_products:
         return mlir_text if refine is None else refine(mlir_text)
+    source = mlir_text if quantized or refine is None else refine(mlir_text)
     with make_context():
-        module = ir.Module.parse(mlir_text if quantized or refine is None else refine(mlir_text))
+        module = ir.Module.parse(source)
         if quantized:
             sign_quant_storage(module)
             run_pipeline(module, LEGALIZE_QUANT)
@@ -89,5 +94,20 @@ def prepare_for_xla(mlir_text: str, refine=None) -> str:
                 module = ir.Module.parse(refine(module.operation.get_asm(enable_debug_info=True)))
             expand_explicit_broadcasts(module)
             run_pipeline(module, LEGALIZE_CHLO)
-        fast_int8_products(module)
-        return module.operation.get_asm(enable_debug_info=True)
+        rewritten = platform == "cpu" and _cpu_products(module) > 0
+        return module.operation.get_asm(enable_debug_info=True) if quantized or rewritten else source
+
+
+def _cpu_products(module: ir.Module) -> int:
+    """Rewrite, in place, the products XLA's CPU backend runs slowly at decode shapes (``int8_products``,
+    ``float_products``); how many were."""
+    products = []
+
+    def visit(op):
+        if op.name == "stablehlo.dot_general":
+            products.append(op)
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+    with module.context:
+        return sum(rewrite_int8_product(op) or rewrite_small_row_product(op) for op in products)
