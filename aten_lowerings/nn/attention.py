@@ -23,13 +23,14 @@ from ..constants import full_like
 from ..emit.composites import composite
 from ..emit.contraction import contract, written_rows
 from ..emit.elementwise import compare
+from ..emit.live_prefix import as_stored, bucket_lengths, over_live_prefix
 from ..emit.random_bits import dropout_values
 from ..emit.reductions import reduce
-from ..mlir_types import mlir_shape, tensor_type
+from ..mlir_types import DYNAMIC, mlir_shape, tensor_type
 from ..promotion import compute_dtype, convert
 from ..registry import lower
 from ..shapes import broadcast_in_dim, broadcast_to, iota, reshape
-from ..values import dtype_of
+from ..values import dtype_of, static_shape
 
 aten = torch.ops.aten
 
@@ -51,12 +52,32 @@ def _broadcast_leading(ctx, values, all_sizes, groups: int):
     return zip(*results)
 
 
-def _attention(ctx, metas, query, key, value, mask, scale: float, is_causal: bool, groups: int, outputs: int,
+def _attention(ctx, metas, out_metas, query, key, value, mask, scale: float, is_causal: bool, groups: int,
                dropout_p: float = 0.0):
-    """Attention output, and with ``outputs=2`` the log-sum-exp, in float32 for low precision; with
-    ``dropout_p`` the softmax weights go through dropout (``ctx`` must draw random numbers)."""
+    """Attention output, and with two ``out_metas`` the log-sum-exp, computed in float32 for low precision and
+    converted to ``out_metas``' dtypes; with ``dropout_p`` the softmax weights go through dropout (``ctx`` must
+    draw random numbers). Over a long static KV cache with a mask, only its live prefix is read
+    (``emit.live_prefix``)."""
     (query, key, value), (q_sizes, k_sizes, v_sizes) = _broadcast_leading(
         ctx, (query, key, value), [list(m.shape) for m in metas], groups)
+
+    def attend(mask, keys):
+        key, value = keys
+        length = static_shape(key)[-2]  # a bucket's (emit.live_prefix) where static
+        sizes = [s if length == DYNAMIC else s[:-2] + [length] + s[-1:] for s in (k_sizes, v_sizes)]
+        results = _products(ctx, query, key, value, mask, q_sizes, *sizes, scale, is_causal, groups,
+                            len(out_metas), dropout_p)
+        return [convert(r, m.dtype) for r, m in zip(results, out_metas)]
+
+    lengths = [] if is_causal or dropout_p else bucket_lengths(mask, [key, value])
+    if not lengths:
+        return attend(mask, [key, value])
+    return over_live_prefix(mask, [key, value], lengths, [tensor_type(m.shape, m.dtype) for m in out_metas], attend)
+
+
+def _products(ctx, query, key, value, mask, q_sizes, k_sizes, v_sizes, scale: float, is_causal: bool,
+              groups: int, outputs: int, dropout_p: float):
+    """The decomposition over keys and values as they are (float32 for low precision)."""
     dtype = compute_dtype(dtype_of(query))
     length, source = q_sizes[-2], k_sizes[-2]
     batch = len(k_sizes) - 2  # leading dims, the kv head dim included
@@ -142,8 +163,7 @@ def _attention_composite(ctx, name, query, key, value, mask, scale, is_causal, g
     out_metas = list(ctx.out_meta) if outputs > 1 else [ctx.out_meta]
 
     def body(body_ctx, query, key, value, mask=None):
-        results = _attention(body_ctx, metas, query, key, value, mask, scale, is_causal, groups, outputs)
-        return [convert(r, m.dtype) for r, m in zip(results, out_metas)]
+        return _attention(body_ctx, metas, out_metas, query, key, value, mask, scale, is_causal, groups)
 
     return composite(ctx, name, operands, metas, attributes, [tensor_type(m.shape, m.dtype) for m in out_metas],
                       body)
@@ -154,11 +174,12 @@ def scaled_dot_product_attention(ctx, query, key, value, attn_mask=None, dropout
                                  scale=None, enable_gqa=False):
     scale, groups = _options(ctx, scale, enable_gqa)
     # no composite where it is random (its decomposition function could not reach the rng_seed argument), or
-    # over a KV cache just written in place: the products read the cache from before the write (written_rows)
-    if dropout_p or written_rows(key) is not None or written_rows(value) is not None:
+    # over a KV cache just written in place (a generate loop's: through reshapes of unit dims): the products read
+    # the cache from before the write (written_rows), or only its live prefix, as written (emit.live_prefix)
+    if dropout_p or any(written_rows(as_stored(v)[0]) is not None for v in (key, value)):
         metas = [ctx.arg_meta(i) for i in range(3)]
-        out = _attention(ctx, metas, query, key, value, attn_mask, scale, is_causal, groups, 1, dropout_p)[0]
-        return convert(out, ctx.out_dtype)
+        return _attention(ctx, metas, [ctx.out_meta], query, key, value, attn_mask, scale, is_causal, groups,
+                          dropout_p)[0]
     return _attention_composite(ctx, "torch.aten.scaled_dot_product_attention", query, key, value, attn_mask,
                                 scale, is_causal, groups, outputs=1)
 
