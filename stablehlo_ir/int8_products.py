@@ -21,6 +21,8 @@ import numpy as np
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
+from .rewrites import ops_where
+
 DIGIT_ROWS = 16   # float rows split into int8 digits; larger products stay float32 dots
 _DIGITS = 3
 _DIGIT_BASE = 252.0  # 2 x 126: each remainder over the next scale stays within +-126.5, so no digit clamps
@@ -33,14 +35,7 @@ def has_int8_products(mlir_text: str) -> bool:
 
 def fast_int8_products(module: ir.Module) -> None:
     """Rewrite, in place, the int8 products described above (static shapes, no batch dims, one contracted dim)."""
-    found = []
-
-    def visit(op):
-        if op.name == "stablehlo.dot_general":
-            found.append(op)
-        return ir.WalkResult.ADVANCE
-
-    module.operation.walk(visit)
+    found = ops_where(module, lambda op: op.name == "stablehlo.dot_general")
     with module.context:
         for op in found:
             _rewrite(op)
