@@ -71,7 +71,7 @@ class ServedModule(tf.Module):
             module=xla_module_bytes(artifact.stablehlo_text, signature, target_version),
             Tout=[tf.as_dtype(slot.tensor.dtype) for slot in self._outputs],
             Sout=[_tf_shape(slot.tensor) for slot in self._outputs],
-            platforms=[artifact.platform.upper()])
+            platforms=[platform.upper() for platform in artifact.platforms])  # it passes the platform index
         self.input_specs = [tf.TensorSpec(_tf_shape(slot.tensor), tf.as_dtype(slot.tensor.dtype), name=slot.tensor.name)
                             for slot in signature.user_inputs if slot.tensor is not None]
         self.next_seed = tf.Variable(0, dtype=tf.int64, trainable=False, name="next_seed") \
