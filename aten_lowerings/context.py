@@ -11,21 +11,27 @@ from .shape_values import SymbolicDims
 
 
 class LoweringContext:
-    """Per-node view for a rule: the node's metadata in and out, shape values, and the program's device mesh.
+    """Per-node view for a rule: the node's metadata in and out, shape values, the program's device mesh, and the
+    platforms the code being emitted runs on.
 
     Rules read result shapes and dtypes from here (torch.export already knows
     them) instead of re-deriving them from operands, and whether the program is
     SPMD from ``mesh`` (the signature's, which the graph walker passes on).
     """
 
-    __slots__ = ("node", "dims", "mesh", "_lower_graph", "_rng_key")
+    __slots__ = ("node", "dims", "mesh", "platforms", "platform_index", "_lower_graph", "_rng_key")
 
     def __init__(self, node: torch.fx.Node, dims: SymbolicDims,
                  lower_graph: Callable[[torch.fx.GraphModule, Sequence], list],
-                 rng_key: Callable[[], ir.Value] | None = None, *, mesh: dict[str, int] | None):
+                 rng_key: Callable[[], ir.Value] | None = None, *, mesh: dict[str, int] | None,
+                 platforms: tuple[str, ...] = (), platform_index: ir.Value | None = None):
         self.node = node
         self.dims = dims
         self.mesh = mesh  # the device mesh (axis -> size) @main is partitioned over; None: one device
+        # the platforms the code emitted here runs on: the module's, or one in a branch of a per-platform
+        # ``stablehlo.case`` (``emit.platforms``); none given: JAX's default backend lowers JAX functions
+        self.platforms = platforms
+        self.platform_index = platform_index  # @main's platform index argument, where the module has one
         self._lower_graph = lower_graph
         self._rng_key = rng_key
 
@@ -71,7 +77,13 @@ class LoweringContext:
     def with_dims(self, dims: SymbolicDims) -> "LoweringContext":
         """This node's context with its symbolic sizes read from ``dims`` (a decomposition function's own) and no
         random numbers (a function cannot reach ``@main``'s ``rng_seed``)."""
-        return LoweringContext(self.node, dims, self._lower_graph, mesh=self.mesh)
+        return LoweringContext(self.node, dims, self._lower_graph, mesh=self.mesh, platforms=self.platforms,
+                               platform_index=self.platform_index)
+
+    def on_platform(self, platform: str) -> "LoweringContext":
+        """This node's context for the code of one platform (a branch of a per-platform ``stablehlo.case``)."""
+        return LoweringContext(self.node, self.dims, self._lower_graph, self._rng_key, mesh=self.mesh,
+                               platforms=(platform,), platform_index=self.platform_index)
 
     # -- random numbers ---------------------------------------------------
     def rng_key(self) -> ir.Value:

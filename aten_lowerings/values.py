@@ -1,5 +1,5 @@
 """MLIR values as rules see them: a value's type, static dims, rank and torch dtype, the op that produced it,
-and the module being built at the current insertion point."""
+and the module and function being built at the current insertion point."""
 from __future__ import annotations
 
 import torch
@@ -38,7 +38,16 @@ def producer(value: ir.Value) -> ir.Operation | None:
 
 def enclosing_module() -> ir.Operation:
     """The ``builtin.module`` being built at the current insertion point (where rules add private functions)."""
+    return _enclosing("builtin.module")
+
+
+def enclosing_function() -> ir.Operation:
+    """The ``func.func`` being built at the current insertion point (``@main``, or a private function)."""
+    return _enclosing("func.func")
+
+
+def _enclosing(name: str) -> ir.Operation:
     operation = ir.InsertionPoint.current.block.owner.operation
-    while operation.name != "builtin.module":
+    while operation.name != name:
         operation = operation.parent
     return operation

@@ -1,12 +1,16 @@
 """``export_to_stablehlo``: torch model or ExportedProgram -> StableHLOArtifact."""
 from __future__ import annotations
 
+from typing import Sequence
+
 from .formats.artifact import StableHLOArtifact
 from .conversion.pipeline import convert
+from .conversion.signature import checked_platforms
 
 
-def export_to_stablehlo(model, args=(), kwargs=None, *, dynamic_shapes=None, platform: str = "cpu",
-                        quantized_ops: str = "fused", mesh=None, shardings=None) -> StableHLOArtifact:
+def export_to_stablehlo(model, args=(), kwargs=None, *, dynamic_shapes=None, platform: str | None = None,
+                        platforms: Sequence[str] | None = None, quantized_ops: str = "fused", mesh=None,
+                        shardings=None) -> StableHLOArtifact:
     """Convert ``model`` (an ``nn.Module``, exported here, or an ``ExportedProgram``) to StableHLO.
 
     Parameters, buffers and lifted constants become leading arguments of
@@ -15,11 +19,21 @@ def export_to_stablehlo(model, args=(), kwargs=None, *, dynamic_shapes=None, pla
     is ``"fused"`` (products on quantized operands, the form serving compilers take) or ``"unfused"``
     (every dequantize and quantize kept).
 
+    ``platform`` (default ``"cpu"``) is the one the module is lowered for and the artifact runs on;
+    ``platforms=("cpu", "cuda")`` lowers one module for several, as ``jax.export`` does: ``@main`` takes the
+    platform index first, and a ``stablehlo.case`` on it picks each platform's code where the lowerings differ
+    (see ``stablehlo_ir.platforms``); the artifact runs on CPU where it is among them, else on the first.
+
     ``mesh`` (axis name -> size, e.g. ``{"data": 2, "model": 4}``) makes ``@main`` an SPMD program over that
     many devices; ``shardings`` maps input and weight names (``fnmatch`` patterns) to specs, one entry per dim:
     a mesh axis, a tuple of axes, or None (see ``exporter.conversion.sharding``; a tensor-parallel plan works too).
     """
+    if platform is not None and platforms is not None:
+        raise ValueError(f"export_to_stablehlo takes platform= (one) or platforms= (several), not both: got "
+                         f"platform={platform!r} and platforms={platforms!r}")
+    platforms = checked_platforms((platform or "cpu",) if platforms is None else platforms)
     conversion = convert(model, args, kwargs, dynamic_shapes=dynamic_shapes, quantized_ops=quantized_ops, mesh=mesh,
-                         shardings=shardings)
-    text = conversion.lower(platform=platform).operation.get_asm(enable_debug_info=True)
-    return StableHLOArtifact(text, conversion.signature, conversion.weights, platform=platform)
+                         shardings=shardings, platforms=platforms)
+    text = conversion.lower().operation.get_asm(enable_debug_info=True)
+    runs_on = "cpu" if "cpu" in platforms else platforms[0]
+    return StableHLOArtifact(text, conversion.signature, conversion.weights, platform=runs_on)

@@ -2,7 +2,8 @@
 composites: a module or function whose calls become ``stablehlo.composite`` ops.
 
 ``lowering(op)`` registers it for every export (``platform="cuda"`` or ``"cpu"``: a variant for one platform,
-which wins there over the one for every platform); ``scoped_lowering(op, function)`` for the exports inside a
+which wins there over the one for every platform; a module lowered for several platforms calls each platform's
+in its branch of a ``stablehlo.case``); ``scoped_lowering(op, function)`` for the exports inside a
 ``with`` block, winning over the global ones. The function is lowered into the module at export time
 (``aten_lowerings.user_ops``): artifacts, bundles, SavedModels and ``to_jax()`` never need it again.
 
@@ -24,10 +25,10 @@ import torch
 from torch_stablehlo.aten_lowerings import (COMPOSITE_MARK, USER_LOWERINGS, MutatingOpError, jax_rule,
                                             refuse_mutating, scoped_user_lowerings)
 
+from torch_stablehlo.stablehlo_ir.platforms import PLATFORMS  # a lowering is registered for one of them, or all
+
 from .errors import LoweringError
 
-PLATFORMS = ("cpu", "cuda", "rocm", "tpu")
-"""The platforms a lowering may be registered for: JAX's names, which ``export_to_stablehlo(platform=...)`` takes."""
 
 
 def lowering(op, *, platform: str | None = None) -> Callable[[Callable], Callable]:

@@ -10,7 +10,7 @@ from jaxlib.mlir.dialects import stablehlo
 from .mlir_context import make_context
 from .float_products import has_float_products, rewrite_small_row_product
 from .int8_products import has_int8_products, rewrite_int8_product
-from .rewrites import expand_explicit_broadcasts, sign_quant_storage
+from .rewrites import expand_explicit_broadcasts, ops_where, sign_quant_storage
 
 # chlo ops (erf, ...) have no VHLO form, so stablehlo's serializer rejects them: expand them into StableHLO first.
 LEGALIZE_CHLO = "builtin.module(func.func(chlo-legalize-to-stablehlo))"
@@ -58,21 +58,13 @@ _PORTABLE_DIALECTS = ("builtin.", "func.", "stablehlo.", "chlo.", "quant.")
 
 def _foreign_ops(module: ir.Module) -> list[str]:
     """Names of the ops of ``module`` from dialects a portable artifact cannot hold (shape, tensor, arith)."""
-    found = []
-
-    def visit(op):
-        if not op.name.startswith(_PORTABLE_DIALECTS):
-            found.append(op.name)
-        return ir.WalkResult.ADVANCE
-
-    module.operation.walk(visit)
-    return found
+    return [op.name for op in ops_where(module, lambda op: not op.name.startswith(_PORTABLE_DIALECTS))]
 
 
-def prepare_for_xla(mlir_text: str, refine=None, platform: str = "cpu") -> str:
-    """The module as XLA compiles it for ``platform``: quant types legalized to integer math and, on CPU,
-    products in the forms XLA's CPU backend runs fast at decode shapes (``int8_products``, ``float_products``); a
-    copy, the input is unchanged.
+def prepare_for_xla(mlir_text: str, refine=None, platform: str | None = "cpu") -> str:
+    """The module as XLA compiles it for ``platform`` (None: for several): quant types legalized to integer math
+    and, on CPU only, products in the forms XLA's CPU backend runs fast at decode shapes (``int8_products``,
+    ``float_products``); a copy, the input is unchanged.
 
     ``refine`` (text -> text, e.g. ``?`` dims specialised to one call's shapes) runs first, or, with quant types,
     between their legalization and the expansion of the broadcasts it leaves: shape refinement crashes on a
@@ -101,13 +93,6 @@ def prepare_for_xla(mlir_text: str, refine=None, platform: str = "cpu") -> str:
 def _cpu_products(module: ir.Module) -> int:
     """Rewrite, in place, the products XLA's CPU backend runs slowly at decode shapes (``int8_products``,
     ``float_products``); how many were."""
-    products = []
-
-    def visit(op):
-        if op.name == "stablehlo.dot_general":
-            products.append(op)
-        return ir.WalkResult.ADVANCE
-
-    module.operation.walk(visit)
+    products = ops_where(module, lambda op: op.name == "stablehlo.dot_general")
     with module.context:
         return sum(rewrite_int8_product(op) or rewrite_small_row_product(op) for op in products)

@@ -13,7 +13,8 @@ _UNSIGNED_UNIFORM = re.compile(
     r"^!quant\.uniform<u(?P<bits>\d+)(?:<(?P<min>\d+):(?P<max>\d+)>)?:(?P<expressed>[^,]+), (?P<params>.*)>$")
 
 
-def _ops(module: ir.Module, keep) -> list:
+def ops_where(module: ir.Module, keep) -> list:
+    """The ops of ``module`` (nested ones too) for which ``keep(op)`` is true, in walk order."""
     found = []
 
     def visit(op):
@@ -76,7 +77,7 @@ def sign_quant_storage(module: ir.Module) -> None:
     quant types change meaning; they get the sign-bit flip that maps one storage to the other.
     """
     with module.context, ir.Location.unknown(module.context):
-        for op in _ops(module, lambda op: op.name == "stablehlo.bitcast_convert"):
+        for op in ops_where(module, lambda op: op.name == "stablehlo.bitcast_convert"):
             source, result = op.operands[0], op.results[0]
             if _signed_tensor_type(result.type) is not None and _signed_tensor_type(source.type) is None:
                 with ir.InsertionPoint(op):
@@ -85,10 +86,10 @@ def sign_quant_storage(module: ir.Module) -> None:
                 with ir.InsertionPoint.after(op):
                     flipped = _flip_sign_bit(result)
                 result.replace_all_uses_except(flipped, flipped.owner.operation)
-        for op in _ops(module, lambda op: op.name == "stablehlo.constant"):
+        for op in ops_where(module, lambda op: op.name == "stablehlo.constant"):
             if _signed_tensor_type(op.results[0].type) is not None:
                 raise NotImplementedError(f"constant with unsigned quantized storage: {op}")
-        every_op = _ops(module, lambda op: True)
+        every_op = ops_where(module, lambda op: True)
         values = [result for op in every_op for result in op.results]
         values += [argument for op in every_op for region in op.regions for block in region.blocks
                    for argument in block.arguments]
@@ -96,7 +97,7 @@ def sign_quant_storage(module: ir.Module) -> None:
             signed = _signed_tensor_type(value.type)
             if signed is not None:
                 value.set_type(signed)
-        for function in _ops(module, lambda op: op.name == "func.func"):
+        for function in ops_where(module, lambda op: op.name == "func.func"):
             _refresh_function_type(function)
 
 
@@ -113,7 +114,7 @@ def expand_explicit_broadcasts(module: ir.Module) -> None:
     """Give ``chlo.broadcast_*`` ops with ``broadcast_dimensions`` (emitted for per-axis quant types) operands
     of the result's shape, so that ``chlo-legalize-to-stablehlo``, which rejects non-prefix broadcast
     dimensions, sees plain elementwise ops."""
-    found = _ops(module, lambda op: op.name.startswith("chlo.broadcast_") and "broadcast_dimensions" in op.attributes)
+    found = ops_where(module, lambda op: op.name.startswith("chlo.broadcast_") and "broadcast_dimensions" in op.attributes)
     with module.context:
         for op in found:
             shape = ir.RankedTensorType(op.results[0].type).shape

@@ -365,6 +365,7 @@ PYTHON_BLOCKS = {
         assert "func.func private @jax_user_mylib_scaled_rms_default_" in text
         assert 'stablehlo.composite "mylib.mlp"' in text and 'act = "gelu_tanh", width = 32 : i64' in text
         assert 'stablehlo.composite "mylib.swiglu"' in text
+        assert art.platforms == ("cpu", "cuda") and '{jax.global_constant = "_platform_index"}' in text
     """),
     "art = exporter.export_generate(model, input_ids": ("""
         import types

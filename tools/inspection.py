@@ -30,6 +30,7 @@ def bundle_report(path: str | os.PathLike, top: int = 10) -> dict:
         "versions": {key: manifest.get(key) for key in VERSION_KEYS},
         "signature": manifest["signature"],
         "mesh": manifest.get("mesh"),
+        "platforms": manifest["signature"].get("platforms", []),
         "ops": dict(histogram.most_common()),
         **extensions_used(text),
         "weights": {"count": len(weights), "aliases": len(manifest["weight_aliases"]),

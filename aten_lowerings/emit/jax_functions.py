@@ -26,6 +26,7 @@ from jaxlib.mlir.dialects import func
 from torch_stablehlo.stablehlo_ir.functions import move_functions
 
 from ..values import dtype_of, enclosing_module, value_type
+from .platforms import per_platform
 
 
 def call_jax(ctx, function: Callable, operands: Sequence[ir.Value], sizes: Sequence[Sequence] | None = None,
@@ -33,24 +34,44 @@ def call_jax(ctx, function: Callable, operands: Sequence[ir.Value], sizes: Seque
     """Results of ``function(*operands, **static)`` as JAX computes it. ``sizes`` (torch sizes, one list per
     operand) are needed when an operand has a dynamic dim: equal symbolic sizes become one JAX variable, and a
     ``torch.SymInt`` among the ``static`` values (or in a tuple of them) becomes the JAX dimension of the operand
-    dim of that size. ``name`` (default: the function's) names the private function; ``platform`` lowers for
-    that JAX platform (default: JAX's default backend)."""
+    dim of that size. ``name`` (default: the function's) names the private function. JAX lowers it for
+    ``platform``, else for each platform the code runs on (``ctx.platforms``; none: JAX's default backend):
+    where those lowerings differ, each platform's is called in its branch of a ``stablehlo.case``
+    (``emit.platforms``)."""
     symbols: dict = {}
     specs = tuple(_spec(value, None if sizes is None else sizes[i], symbols) for i, value in enumerate(operands))
-    static = {key: _dims_as_variables(value, symbols) for key, value in static.items()}
-    text = _lowered(function, specs, tuple(sorted(static.items())), platform)
+    static = tuple(sorted((key, _dims_as_variables(value, symbols)) for key, value in static.items()))
+    stem = (name or getattr(function, "__name__", "fn")).strip("_<>")
+    platforms = (platform,) if platform else ctx.platforms or (None,)
+    names = {p: _imported(_lowered(function, specs, static, p), stem, symbols) for p in platforms}
+    if len(set(names.values())) == 1:
+        return _called(ctx, names[platforms[0]], symbols, operands)
+    types = _function_type(names[platforms[0]]).results
+    return per_platform(ctx, types, {p: lambda branch, n=n: _called(branch, n, symbols, operands)
+                                     for p, n in names.items()})
+
+
+def _imported(text: str, stem: str, symbols: dict) -> str:
+    """The name of the private function of the enclosing module that holds ``text`` (imported if new)."""
     # one function per text and symbolic sizes: shape refinement specialises a function once, so two calls
     # with different sizes (same ``?`` types) need two copies
     key = text + repr(sorted((variable, str(size.node.expr)) for variable, size in symbols.items()))
-    stem = (name or getattr(function, "__name__", "fn")).strip("_<>")
     name = f"jax_{stem}_{hashlib.sha1(key.encode()).hexdigest()[:10]}"
     module = enclosing_module()
     if name not in ir.SymbolTable(module):
         _DIM_VARIABLES[name] = _import_functions(text, name, module.regions[0].blocks[0])
-    main = ir.SymbolTable(module)[name]
+    return name
+
+
+def _function_type(name: str) -> ir.FunctionType:
+    main = ir.SymbolTable(enclosing_module())[name]
+    return ir.FunctionType(ir.TypeAttr(main.attributes["function_type"]).value)
+
+
+def _called(ctx, name: str, symbols: dict, operands: Sequence[ir.Value]) -> list[ir.Value]:
+    """The results of a ``func.call`` of the imported function ``name``, its dimension variables read first."""
     dim_values = [ctx.size_value(symbols[variable]) for variable in _DIM_VARIABLES[name]]
-    result_types = ir.FunctionType(ir.TypeAttr(main.attributes["function_type"]).value).results
-    call = func.CallOp(result_types, ir.FlatSymbolRefAttr.get(name), [*dim_values, *operands])
+    call = func.CallOp(_function_type(name).results, ir.FlatSymbolRefAttr.get(name), [*dim_values, *operands])
     return list(call.results)
 
 
@@ -123,18 +144,19 @@ def _lowered(function: Callable, specs: tuple, static: tuple, platform: str | No
 
 def _without_sharding_rules(module: ir.Module) -> str:
     """The text of a copy of ``module`` without the Shardy rules (``sdy.sharding_rule``) JAX puts on custom
-    calls (LAPACK factorizations): our context does not load that dialect, and one device needs no sharding."""
-    copy = module.operation.clone()
+    calls (LAPACK factorizations): our context does not load that dialect, and one device needs no sharding.
+    The copy is a module of its own (parsed from the text, not cloned to wherever an insertion point is active),
+    so its text names values alike whatever is being built: the same function lowered for two platforms is
+    one text."""
+    copy = ir.Module.parse(module.operation.get_asm(), context=module.context)
 
     def strip(op):
         if "sdy.sharding_rule" in op.attributes:
             del op.attributes["sdy.sharding_rule"]
         return ir.WalkResult.ADVANCE
 
-    copy.walk(strip)
-    text = copy.get_asm()
-    copy.erase()
-    return text
+    copy.operation.walk(strip)
+    return copy.operation.get_asm()
 
 
 def _import_functions(text: str, main_name: str, body: ir.Block) -> list[str]:

@@ -1,12 +1,14 @@
 """One walk over the FX graph of an ExportedProgram, emitting a StableHLO ``@main``.
 
-``@main`` takes and returns what the program's ``Signature`` says (the one owner of that convention): its
-tensor inputs (parameters, buffers, lifted constants, then user inputs) in placeholder order, then
-``rng_seed`` where the program draws random numbers; its results are the program's tensor outputs, then the
+``@main`` takes and returns what the program's ``Signature`` says (the one owner of that convention): the
+platform index where it is lowered for several platforms (``stablehlo_ir.platforms``), its tensor inputs
+(parameters, buffers, lifted constants, then user inputs) in placeholder order, then ``rng_seed`` where the
+program draws random numbers; its results are the program's tensor outputs, then the
 new values of the state the graph writes in place, then the true sizes of their data-dependent dims.
 Each state argument is donated to its new value (``tf.aliasing_output``, as ``jax.jit(donate_argnums=...)``
 emits it), so XLA updates it in place. Non-tensor placeholders are folded in as the Python values torch.export
-specialised them to.
+specialised them to. A node whose rule differs between the platforms (a user's lowering for some) lowers as a
+``stablehlo.case`` on the platform index, each platform's rule in its branch (``aten_lowerings.emit.platforms``).
 """
 from __future__ import annotations
 
@@ -19,10 +21,11 @@ from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import func
 from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
-from torch_stablehlo.aten_lowerings import (LoweringContext, PaddedDims, is_padded, keeps_padding, lowering_for, op_name, seeded_key,
-                            tensor_type)
+from torch_stablehlo.aten_lowerings import (LoweringContext, PaddedDims, is_padded, keeps_padding, lowering_for, op_name,
+                                            per_platform, seeded_key, tensor_type)
 from torch_stablehlo.exported_program import STATE, returned_placeholders
 from torch_stablehlo.stablehlo_ir.refine import ShapeRefinementError, refine_shapes
+from torch_stablehlo.stablehlo_ir.platforms import platform_index_attributes
 from torch_stablehlo.stablehlo_ir.sharding import argument_attributes, declare_mesh, replicated_results
 from torch_stablehlo.stablehlo_ir.unused import erase_unused
 
@@ -30,7 +33,7 @@ from ..errors import LoweringError
 from .inplace import VIEW_SCATTERS, functionalised
 from .locations import LocationCache, describe
 from ..terminal import progress
-from .signature import InputSlot, Signature
+from .signature import PLATFORM_INDEX, InputSlot, Signature
 
 ALIASING_ATTR = "tf.aliasing_output"  # on an argument: the index of the result that may reuse its buffer
 
@@ -52,10 +55,12 @@ class GraphLowering:
     """Lowers the graph of one ExportedProgram into a fresh ``ir.Module``."""
 
     def __init__(self, graph_module: torch.fx.GraphModule, signature: Signature,
-                 exposed: Sequence[torch.fx.Node] = (), writes: dict | None = None, platform: str | None = None):
+                 exposed: Sequence[torch.fx.Node] = (), writes: dict | None = None):
         self.graph_module = graph_module
-        self.platform = platform  # the platform it runs on, which picks a user's lowering for it (None: any)
         self.signature = signature
+        # the platforms @main is lowered for, each picking the user's lowering registered for it (none: any)
+        self.platforms = tuple(signature.platforms)
+        self._platform_index: ir.Value | None = None  # @main's first argument where it has several platforms
         self.exposed = list(exposed)  # top-graph nodes whose values @main also returns, after everything else
         self._values: dict[torch.fx.Node, object] = {}  # the top graph's lowered values
         self.dims = PaddedDims()  # input dims, and data-dependent sizes (see aten_lowerings.data_dependent)
@@ -84,6 +89,8 @@ class GraphLowering:
             for slot, argument in zip(slots, block.arguments):
                 if slot.kind == "rng_seed":
                     self._seed = argument
+                elif slot.kind == PLATFORM_INDEX:
+                    self._platform_index = argument
                 else:
                     argument_of[node_of[slot]] = argument
                     self.dims.bind_input(argument, node_of[slot].meta["val"].shape)
@@ -99,7 +106,10 @@ class GraphLowering:
             erase_unused(block)
             function.attributes["function_type"] = ir.TypeAttr.get(
                 ir.FunctionType.get(arg_types, [r.type for r in results]))
-            _donate_state(function, self.signature, arg_types, [r.type for r in results])
+            marks = _donated_state(self.signature, arg_types, [r.type for r in results])
+            if self._platform_index is not None:
+                marks[0] = platform_index_attributes()
+            _add_argument_attributes(function, len(arg_types), marks)
             if self.signature.mesh:
                 function.res_attrs = replicated_results([r.type for r in results])
             try:
@@ -196,15 +206,20 @@ class GraphLowering:
             if isinstance(meta, torch.SymInt) and self.dims.bound and self.dims.knows(meta):
                 return self.dims.actual.size(meta)  # a data-dependent size as a value: its true size
             self._check_padded_operands(node, name)
-            rule = lowering_for(target, self.platform)
-            if rule is None:  # checked before the walk; reachable for nested graphs and other platforms' rules
-                raise LoweringError(f"no lowering for {name} at {describe(node)}")
+            rules = self._rules(target, node, name)
             args = torch.fx.node.map_arg(node.args, env.__getitem__)
             kwargs = torch.fx.node.map_arg(node.kwargs, env.__getitem__)
             ctx = LoweringContext(node, self.dims, self.lower_graph, self._rng_key if self._seed is not None else None,
-                                  mesh=self.signature.mesh)
+                                  mesh=self.signature.mesh, platforms=self.platforms,
+                                  platform_index=self._platform_index)
             try:
-                result = rule(ctx, *args, **kwargs)
+                if len(set(rules.values())) == 1:
+                    result = next(iter(rules.values()))(ctx, *args, **kwargs)
+                else:  # a user's lowering for some platforms: each platform's in its branch
+                    result = per_platform(ctx, _result_types(meta), {
+                        platform: lambda branch, rule=rule: rule(branch, *args, **kwargs)
+                        for platform, rule in rules.items()})
+                    result = result[0] if isinstance(meta, torch.Tensor) else tuple(result)
             except LoweringError:
                 raise
             except Exception as error:
@@ -213,6 +228,17 @@ class GraphLowering:
                     f"  node: {node.format_node()}") from error
             self._note_sizes(meta, result)
             return result
+
+    def _rules(self, target, node: torch.fx.Node, name: str) -> dict:
+        """The rule lowering ``target`` on each platform of the module (one entry, None, where it names none);
+        raises LoweringError naming the platforms without one."""
+        rules = {platform: lowering_for(target, platform) for platform in self.platforms or (None,)}
+        missing = [platform for platform, rule in rules.items() if rule is None]
+        if missing:  # checked before the walk; reachable for nested graphs and other platforms' rules
+            where = f" on {', '.join(missing)} (one is registered for other platforms only)" \
+                if missing != [None] and lowering_for(target) is not None else ""
+            raise LoweringError(f"no lowering for {name}{where} at {describe(node)}")
+        return rules
 
     def _note_sizes(self, meta, result) -> None:
         """Tell the shape values the torch sizes of a node's tensor results (so a broadcast to the same sizes is
@@ -242,25 +268,32 @@ class GraphLowering:
         return seeded_key(self._seed, next(self._keys))
 
 
-def _donate_state(function: func.FuncOp, signature: Signature, arg_types: list, result_types: list) -> None:
-    """Mark each state argument ``tf.aliasing_output = N``, N its new value's result (same type): PJRT compiles
+def _donated_state(signature: Signature, arg_types: list, result_types: list) -> dict[int, dict]:
+    """Each state argument's ``tf.aliasing_output = N``, N its new value's result (same type): PJRT compiles
     that to the executable's ``input_output_alias`` and consumes the buffer passed, so the state is updated in
     place on the device."""
     argument = {s.target: i for i, s in enumerate(signature.main_inputs) if s.kind == STATE}
     outputs = signature.main_outputs
-    aliases = {argument[outputs[j].target]: j for j in signature.state_results
-               if outputs[j].target in argument and arg_types[argument[outputs[j].target]] == result_types[j]}
-    if not aliases:
+    i32 = ir.IntegerType.get_signless(32)
+    return {argument[outputs[j].target]: {ALIASING_ATTR: ir.IntegerAttr.get(i32, j)} for j in signature.state_results
+            if outputs[j].target in argument and arg_types[argument[outputs[j].target]] == result_types[j]}
+
+
+def _add_argument_attributes(function: func.FuncOp, count: int, added: dict[int, dict]) -> None:
+    """Add ``added`` (argument -> attribute name -> value) to the ``count`` arguments' attributes."""
+    if not added:
         return
     old = function.arg_attrs if "arg_attrs" in function.attributes else None
-    i32 = ir.IntegerType.get_signless(32)
     attrs = []
-    for i in range(len(arg_types)):
+    for i in range(count):
         entries = {named.name: named.attr for named in ir.DictAttr(old[i])} if old is not None else {}
-        if i in aliases:
-            entries[ALIASING_ATTR] = ir.IntegerAttr.get(i32, aliases[i])
-        attrs.append(ir.DictAttr.get(entries))
+        attrs.append(ir.DictAttr.get({**entries, **added.get(i, {})}))
     function.arg_attrs = ir.ArrayAttr.get(attrs)
+
+
+def _result_types(meta) -> list[ir.RankedTensorType]:
+    """The types of a node's tensor results, from its meta (one tensor, or a tuple or list of them)."""
+    return [tensor_type(m.shape, m.dtype) for m in ([meta] if isinstance(meta, torch.Tensor) else meta)]
 
 
 def _argument_type(slot: InputSlot, node: torch.fx.Node | None) -> ir.RankedTensorType:

@@ -40,20 +40,22 @@ class Conversion:
     writes: dict                         # its in-place nodes the walk lowers functionally (``inplace.functionalised``)
     weights: dict[str, torch.Tensor]     # @main's held arguments: the weights and the state's exported values
 
-    def lower(self, exposed: Sequence[torch.fx.Node] = (), platform: str | None = None) -> ir.Module:
-        """``@main`` in a fresh module; it also returns the values of the ``exposed`` top-graph nodes, last.
-        ``platform`` picks the user's lowerings registered for it (``exporter.lowering``)."""
-        return GraphLowering(self.graph_module, self.signature, exposed, self.writes, platform).lower(make_context())
+    def lower(self, exposed: Sequence[torch.fx.Node] = ()) -> ir.Module:
+        """``@main`` in a fresh module, for the signature's platforms; it also returns the values of the
+        ``exposed`` top-graph nodes, last."""
+        return GraphLowering(self.graph_module, self.signature, exposed, self.writes).lower(make_context())
 
 
 def convert(model, args=(), kwargs=None, *, dynamic_shapes=None, quantized_ops: str = "fused", mesh=None,
-            shardings=None) -> Conversion:
+            shardings=None, platforms: Sequence[str] = ()) -> Conversion:
     """``model`` (an ``nn.Module``, exported here, or an ``ExportedProgram``) ready to lower; ``quantized_ops``,
-    ``mesh`` and ``shardings`` as ``export_to_stablehlo`` takes them."""
+    ``mesh``, ``shardings`` and ``platforms`` (checked) as ``export_to_stablehlo`` takes them; no platforms:
+    JAX's default backend lowers the JAX functions, and a user's lowering for any platform may be picked."""
     program, writes = _decomposed(prepare_quantized(_exported(model, args, kwargs, dynamic_shapes)))
     checked = program.graph_module
     program = fold_weight_stacks(program)
     signature = shard_signature(signature_of(program), mesh, shardings, program.graph_module)
+    signature.platforms = list(platforms)
     graph_module = outline_composites(lowering_graph(program, quantized_ops))
     if graph_module is not checked:  # stacks folded, quantization ops annotated or composites outlined: a copy
         writes = functionalised_for(graph_module, signature)

@@ -15,6 +15,7 @@ from torch_stablehlo.aten_lowerings import RNG_SEED_DTYPE, RNG_SEED_NAME, uses_r
 from torch_stablehlo.exported_program import (HELD_KINDS, INPUT_KINDS, INPUT_UPDATE, OUTPUT_KINDS, STATE, STATE_UPDATE,
                                               USER_OUTPUT, WEIGHT_KINDS, input_kinds)
 from torch_stablehlo.stablehlo_ir.dtypes import PYTHON_SCALAR_DTYPES, scalar_type, uncarried
+from torch_stablehlo.stablehlo_ir.platforms import PLATFORMS
 from torch_stablehlo.stablehlo_ir.sharding import Spec, normalize_spec, num_devices, spec_text
 from torch_stablehlo.stablehlo_ir.specs import TensorSpec, dtype_name
 
@@ -77,6 +78,12 @@ _SCALAR_TYPES = {python.__name__: python for python in PYTHON_SCALAR_DTYPES}  # 
 SCALAR_NAMES = frozenset(_SCALAR_TYPES)
 
 
+PLATFORM_INDEX = "platform_index"
+"""The kind and name of ``@main``'s first argument where it is lowered for several platforms (never a slot of
+``Signature.inputs``: ``main_inputs`` puts it first)."""
+PLATFORM_INDEX_SLOT = InputSlot(PLATFORM_INDEX, PLATFORM_INDEX, None, TensorSpec(PLATFORM_INDEX, "int32", ()))
+
+
 @dataclass
 class Signature:
     inputs: list[InputSlot]
@@ -89,6 +96,9 @@ class Signature:
     sizes: list[str] = field(default_factory=list)
     mesh: dict[str, int] | None = None  # device mesh (axis -> size) @main is partitioned over; None: one device
     arg_names: list[str] = field(default_factory=list)  # forward's positional parameters, which calls may name
+    # the platforms @main is lowered for, in the order its platform index counts them (see takes_platform_index);
+    # none recorded in a bundle made before they were: lowered for one
+    platforms: list[str] = field(default_factory=list)
     _trees: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -116,9 +126,21 @@ class Signature:
 
     @property
     def main_inputs(self) -> list[InputSlot]:
-        """``@main``'s arguments, in order: the tensor inputs (weights and state, then user inputs), then
-        ``rng_seed``."""
+        """``@main``'s arguments, in order: the platform index where it takes one, the tensor inputs (weights and
+        state, then user inputs), then ``rng_seed``."""
+        return ([PLATFORM_INDEX_SLOT] if self.takes_platform_index else []) + self.caller_inputs
+
+    @property
+    def caller_inputs(self) -> list[InputSlot]:
+        """``@main``'s arguments but the platform index, which whoever runs it passes for the platform it runs on
+        (XlaCallModule, ``jax.export``, the artifact): those a caller gives."""
         return [s for s in self.inputs if s.tensor is not None]
+
+    @property
+    def takes_platform_index(self) -> bool:
+        """Whether ``@main`` is lowered for several platforms: its first argument is then the platform index
+        (a 0-d int32, the position in ``platforms`` of the one it runs on), as ``jax.export`` lowers it."""
+        return len(self.platforms) > 1
 
     @property
     def main_shardings(self) -> list[Spec | None]:
@@ -237,17 +259,19 @@ class Signature:
         return {"inputs": [s.to_json() for s in self.inputs],
                 "outputs": [s.to_json() for s in self.outputs],
                 "in_spec": self.in_spec, "out_spec": self.out_spec, "dims": self.dims, "sizes": self.sizes,
-                "mesh": self.mesh, "arg_names": self.arg_names}
+                "mesh": self.mesh, "arg_names": self.arg_names, "platforms": self.platforms}
 
     @classmethod
     def from_json(cls, data: dict) -> "Signature":
         return cls([InputSlot.from_json(s) for s in data["inputs"]],
                    [OutputSlot.from_json(s) for s in data["outputs"]],
                    data["in_spec"], data["out_spec"], data["dims"], data.get("sizes", []),
-                   data.get("mesh"), data.get("arg_names", []))
+                   data.get("mesh"), data.get("arg_names", []), data.get("platforms", []))
 
     def __str__(self) -> str:
         lines = [f"mesh: {self.mesh} ({self.num_devices} devices)"] if self.mesh else []
+        if self.takes_platform_index:
+            lines.append(f"platforms: {', '.join(self.platforms)} (@main takes the platform index first)")
         lines.append("inputs:")
         lines += [f"  {s.tensor.name}: {s.tensor.dtype}{list(s.tensor.shape)}{_sharding_note(s)}"
                   for s in self.user_inputs if s.tensor]
@@ -273,6 +297,18 @@ def _sharding_note(slot: InputSlot) -> str:
 OUTPUT_SLOT_KINDS = frozenset(OUTPUT_KINDS.values())
 INPUT_SLOT_KINDS = frozenset({kind.name for kind in INPUT_KINDS.values()} | {STATE, "rng_seed"})
 """The kinds an input slot may have (a manifest's are checked against them)."""
+
+
+def checked_platforms(platforms) -> list[str]:
+    """``platforms`` (JAX's names, ``PLATFORMS``, each once) as a list; raises ValueError naming a bad one."""
+    if isinstance(platforms, str) or not platforms or not all(isinstance(p, str) for p in platforms):
+        raise ValueError(f"platforms: expected a non-empty sequence of platform names such as ('cpu', 'cuda'), "
+                         f"got {platforms!r}")
+    unknown = [p for p in platforms if p not in PLATFORMS]
+    if unknown or len(set(platforms)) != len(platforms):
+        problem = f"unknown {', '.join(map(repr, unknown))}" if unknown else "a platform named twice"
+        raise ValueError(f"platforms={tuple(platforms)!r}: {problem}; each is one of {PLATFORMS}, once")
+    return list(platforms)
 
 
 def program_input_kinds(ep: torch.export.ExportedProgram) -> list[str | None]:

@@ -14,6 +14,7 @@ import torch
 from torch_stablehlo.exported_program import INPUT_UPDATE, STATE, STATE_UPDATE
 from torch_stablehlo.runtime import pjrt
 from torch_stablehlo.stablehlo_ir.dtypes import to_numpy, to_torch, uncarried
+from torch_stablehlo.stablehlo_ir.platforms import for_platform
 
 from . import bundle
 from ..errors import WeightsError
@@ -29,7 +30,11 @@ class StableHLOArtifact:
     ``weights`` holds the values of ``@main``'s leading arguments: the weights, and the exported values of the
     program's state (``signature.state``: the buffers and lifted constants it writes, e.g. a static KV cache).
     The state's current value lives on the device, donated to each call and replaced by its result; it reaches
-    the host only when read (``state``); ``reset_state`` returns it to the exported values."""
+    the host only when read (``state``); ``reset_state`` returns it to the exported values.
+
+    ``platform`` is the PJRT platform it runs on; ``platforms`` those the module is lowered for. A module lowered
+    for several takes the platform index first: the artifact fixes it to its platform's (``runnable_text``), so
+    a caller never passes it."""
 
     def __init__(self, stablehlo_text: str, signature: Signature, weights: dict[str, torch.Tensor],
                  *, platform: str = "cpu"):
@@ -91,6 +96,23 @@ class StableHLOArtifact:
         return arrays
 
     @property
+    def platforms(self) -> tuple[str, ...]:
+        """The platforms the module is lowered for, in the order of its platform index (a bundle made before they
+        were recorded: the one it runs on)."""
+        return tuple(self.signature.platforms) or (self.platform,)
+
+    def runnable_text(self) -> str:
+        """The module as it runs on ``platform``: where it is lowered for several platforms, ``@main``'s platform
+        index fixed to this one's (``stablehlo_ir.platforms.for_platform``), so only its branches are compiled.
+        Raises ValueError if the module is not lowered for ``platform``."""
+        if not self.signature.takes_platform_index:
+            return self.stablehlo_text
+        if self.platform not in self.platforms:
+            raise ValueError(f"this module is lowered for the platforms {', '.join(self.platforms)}, not for "
+                             f"'{self.platform}', where this artifact runs: load it with platform= one of them")
+        return for_platform(self.stablehlo_text, self.platforms.index(self.platform))
+
+    @property
     def state(self) -> dict[str, torch.Tensor]:
         """The program's state as it is now (name -> a torch tensor of its own), read from the device."""
         return {slot.name: uncarried(to_torch(np.array(self._device_state[slot.target])), slot.tensor.torch_dtype)
@@ -120,7 +142,7 @@ class StableHLOArtifact:
         one per shape signature of the call (the module refined to it; see ``stablehlo_ir.refine``)."""
         shapes = tuple(tuple(shape) for shape in arg_shapes) if self.signature.is_dynamic else ()
         if shapes not in self._executables:
-            self._executables[shapes] = pjrt.Executable(self.stablehlo_text, self.platform,
+            self._executables[shapes] = pjrt.Executable(self.runnable_text(), self.platform,
                                                         arg_shapes=shapes if shapes else None,
                                                         mesh=self.signature.mesh)
         return self._executables[shapes]

@@ -1,7 +1,8 @@
 """The bundle folder: a portable StableHLO module, its weights, and a manifest that checks them.
 
     manifest.json        format and versions; the signature (names, dtypes, shapes with symbolic
-                         dims and their ranges, pytree specs); the weights index; size and sha256 per file
+                         dims and their ranges, pytree specs, the platforms the module is lowered for);
+                         the weights index; size and sha256 per file
     module.mlirbc        the StableHLO portable artifact, at the chosen target version
     module.mlir          the readable module with source locations (optional)
     weights.safetensors  the weights; above the shard size: weights-00001-of-0000N.safetensors, ...

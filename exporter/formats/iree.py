@@ -20,14 +20,15 @@ TARGET = "llvm-cpu"
 
 
 def iree_module(artifact, sizes: dict[str, int] | None = None) -> str:
-    """``artifact``'s StableHLO for IREE: as it is where static (or no ``sizes`` are given), else with every
-    symbolic dim set to ``sizes`` (dim name -> size, e.g. ``{"batch": 4, "seq": 16}``), each in its range."""
+    """``artifact``'s StableHLO for IREE, as it runs on the artifact's platform (``runnable_text``): as it is
+    where static (or no ``sizes`` are given), else with every symbolic dim set to ``sizes`` (dim name -> size,
+    e.g. ``{"batch": 4, "seq": 16}``), each in its range."""
     signature = artifact.signature
     if not signature.is_dynamic or not sizes:
-        return artifact.stablehlo_text
+        return artifact.runnable_text()
     _check_sizes(signature.dims, sizes)
-    shapes = [[_size(d, sizes) for d in slot.tensor.shape] for slot in signature.main_inputs]
-    return refine_shapes(artifact.stablehlo_text, shapes)
+    shapes = [[_size(d, sizes) for d in slot.tensor.shape] for slot in signature.caller_inputs]
+    return refine_shapes(artifact.runnable_text(), shapes)
 
 
 def compile_for_iree(artifact, sizes: dict[str, int] | None = None, *, target: str = TARGET,

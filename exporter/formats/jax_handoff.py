@@ -3,7 +3,8 @@
 ``Exported`` takes the weights (and the state, where the program has some) first, then the model's tensor inputs,
 then ``rng_seed`` where the program draws random numbers, all flat, and returns the model's outputs flat (then
 the state's new values); ``exported.serialize()`` works on it and ``jax.export.deserialize`` reads it back.
-``JaxModel`` wraps it with the model's own input and output structure.
+``JaxModel`` wraps it with the model's own input and output structure. Its ``platforms`` are the module's: where
+they are several, jax passes ``@main``'s platform index itself, for the platform it runs on.
 
 A program with state (``signature.state``, e.g. a static KV cache) is a ``StatefulJaxModel``: its functional form
 ``apply(weights, state, *args, **kwargs) -> (state, outputs)``, and ``model(*args, **kwargs)``, which carries the
@@ -190,9 +191,9 @@ def _exported(artifact, target_version: str) -> jax_export.Exported:
     """The ``jax.export.Exported`` of the artifact's ``@main``, its module serialized at ``target_version``."""
     signature = artifact.signature
     scope = jax_export.SymbolicScope(_dim_constraints(signature))
-    in_avals = tuple(_aval(slot.tensor, scope) for slot in signature.main_inputs)
+    in_avals = tuple(_aval(slot.tensor, scope) for slot in signature.caller_inputs)  # jax passes the platform index
     out_avals = tuple(_aval(slot.tensor, scope) for slot in signature.main_outputs)
-    in_shardings = tuple(_named(signature.mesh, slot.sharding) for slot in signature.main_inputs)
+    in_shardings = tuple(_named(signature.mesh, slot.sharding) for slot in signature.caller_inputs)
     out_shardings = tuple(_named(signature.mesh, ((),) * len(a.shape)) for a in out_avals)  # replicated
     return jax_export.Exported(  # its fields as of jax 0.10 (the ones named _... too)
         fun_name="main",
@@ -206,14 +207,14 @@ def _exported(artifact, target_version: str) -> jax_export.Exported:
         in_shardings_hlo=tuple(_hlo(s, a) for s, a in zip(in_shardings, in_avals)),
         out_shardings_hlo=tuple(_hlo(s, a) for s, a in zip(out_shardings, out_avals)),
         nr_devices=signature.num_devices,
-        platforms=(artifact.platform,),
+        platforms=artifact.platforms,
         ordered_effects=(),
         unordered_effects=(),
         disabled_safety_checks=(),
-        mlir_module_serialized=xla_module_bytes(artifact.stablehlo_text, signature, target_version),
+        mlir_module_serialized=xla_module_bytes(artifact.stablehlo_text, signature, artifact.platforms, target_version),
         calling_convention_version=SHARDY_CALLING_CONVENTION_VERSION if signature.mesh else CALLING_CONVENTION_VERSION,
         module_kept_var_idx=tuple(range(len(in_avals))),
-        uses_global_constants=signature.is_dynamic,
+        uses_global_constants=signature.is_dynamic or signature.takes_platform_index,  # as jax.export sets it
         _get_vjp=None)
 
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from torch_stablehlo.exported_program import HELD_KINDS
+from torch_stablehlo.stablehlo_ir.platforms import PLATFORMS
 from torch_stablehlo.stablehlo_ir.specs import DTYPES_BY_NAME
 
 from ..conversion.dim_grammar import DimSyntaxError, parse
@@ -132,9 +133,12 @@ OUTPUT = Record({"kind": Check(f"one of {sorted(OUTPUT_SLOT_KINDS)}", lambda v: 
                  "target": nullable(TEXT), "tensor": nullable(TENSOR),
                  "scalar": nullable(Check(f"one of {sorted(SCALAR_NAMES)}", lambda v: v in SCALAR_NAMES)),
                  "value": SCALAR}, optional=frozenset({"scalar", "value"}))
+PLATFORM_LIST = Check(f"a list of distinct platform names, each one of {PLATFORMS}",
+                      lambda v: isinstance(v, list) and len(set(v)) == len(v) and all(p in PLATFORMS for p in v))
 SIGNATURE = Record({"inputs": ListOf(INPUT), "outputs": ListOf(OUTPUT), "in_spec": TEXT, "out_spec": TEXT,
                     "dims": MapOf(ListOf(nullable(COUNT), length=2), key=DIM), "sizes": ListOf(TEXT), "mesh": MESH,
-                    "arg_names": ListOf(TEXT)}, optional=frozenset({"sizes", "mesh", "arg_names"}))
+                    "arg_names": ListOf(TEXT), "platforms": PLATFORM_LIST},
+                   optional=frozenset({"sizes", "mesh", "arg_names", "platforms"}))
 WEIGHT = Record({"file": nullable(FILE_NAME), "dtype": DTYPE, "shape": ListOf(COUNT), "bytes": COUNT})
 FILE = Record({"bytes": COUNT, "sha256": Check("64 hex digits", lambda v: bool(re.fullmatch(r"[0-9a-f]{64}", v)))})
 MANIFEST = Record({"format": TEXT, "format_version": COUNT, "stablehlo_version": TEXT, "signature": SIGNATURE,

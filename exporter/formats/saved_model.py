@@ -68,10 +68,10 @@ class ServedModule(tf.Module):
         self._outputs = signature.main_outputs  # a constant output is not served
         self._call_options = dict(
             version=CALLING_CONVENTION_VERSION,
-            module=xla_module_bytes(artifact.stablehlo_text, signature, target_version),
+            module=xla_module_bytes(artifact.stablehlo_text, signature, artifact.platforms, target_version),
             Tout=[tf.as_dtype(slot.tensor.dtype) for slot in self._outputs],
             Sout=[_tf_shape(slot.tensor) for slot in self._outputs],
-            platforms=[artifact.platform.upper()])
+            platforms=[platform.upper() for platform in artifact.platforms])  # it passes the platform index
         self.input_specs = [tf.TensorSpec(_tf_shape(slot.tensor), tf.as_dtype(slot.tensor.dtype), name=slot.tensor.name)
                             for slot in signature.user_inputs if slot.tensor is not None]
         self.next_seed = tf.Variable(0, dtype=tf.int64, trainable=False, name="next_seed") \

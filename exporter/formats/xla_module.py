@@ -1,7 +1,9 @@
 """The module handed to XLA outside our runtime (TF's XlaCallModule, ``jax.export``).
 
-Both take ``@main`` as it is: one public function, weights first, no platform
-index argument, no tokens. That is calling convention 9 (``jax.export`` reads
+Both take ``@main`` as it is: one public function, no tokens, the weights first
+(after the platform index where it is lowered for several platforms, which both
+pass themselves for the platform they run on: XlaCallModule's ``platforms=``,
+``Exported.platforms``). That is calling convention 9 (``jax.export`` reads
 9 and 10, TensorFlow 2.21's XlaCallModule up to 10; 10 only adds Shardy shardings,
 which a single-device module does not use; a partitioned one is 10).
 """
@@ -11,6 +13,7 @@ from jaxlib.mlir import ir
 
 from torch_stablehlo.stablehlo_ir.mlir_context import make_context
 from torch_stablehlo.stablehlo_ir.passes import portable_artifact, prepare_for_xla, run_pipeline
+from torch_stablehlo.stablehlo_ir.platforms import cases_as_ifs
 
 from ..conversion.signature import Signature
 from .versions import resolve_target_version
@@ -33,13 +36,15 @@ def check_seed_input(signature: Signature) -> None:
                          "SavedModel and JAX handoffs give its seed; rename that input of forward")
 
 
-def xla_module_bytes(stablehlo_text: str, signature: Signature, target_version: str) -> bytes:
-    """A portable artifact of the module as XLA compiles it, marked for shape refinement if it has symbolic dims
-    (composites then become calls of their decompositions, which that refinement handles)."""
-    text = prepare_for_xla(stablehlo_text)
+def xla_module_bytes(stablehlo_text: str, signature: Signature, platforms, target_version: str) -> bytes:
+    """A portable artifact of the module as XLA compiles it for ``platforms`` (one platform's own forms only where
+    it is the only one), marked for shape refinement if it has symbolic dims (composites then become calls of
+    their decompositions, and per-platform cases chains of ifs, which that refinement handles:
+    ``stablehlo_ir.platforms.cases_as_ifs``)."""
+    text = prepare_for_xla(stablehlo_text, platform=platforms[0] if len(platforms) == 1 else None)
     if signature.is_dynamic:
         with make_context():
-            module = run_pipeline(ir.Module.parse(text), COMPOSITES_TO_CALLS)
+            module = cases_as_ifs(run_pipeline(ir.Module.parse(text), COMPOSITES_TO_CALLS))
             module.operation.attributes[SHAPE_POLYMORPHISM_ATTR] = ir.BoolAttr.get(True)
             text = module.operation.get_asm(enable_debug_info=True)
     return portable_artifact(text, resolve_target_version(target_version))

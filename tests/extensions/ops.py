@@ -1,6 +1,9 @@
-"""``torch.library`` ops the extension tests lower with JAX functions, and tiny models that call them. Importing
-this module defines the ops (their eager kernels and fakes), and registers no lowering."""
+"""``torch.library`` ops the extension tests lower with JAX functions, tiny models that call them, and a Pallas
+kernel they register for CUDA. Importing this module defines the ops (their eager kernels and fakes), and
+registers no lowering."""
+import jax
 import torch
+from jax.experimental import pallas as pl
 
 RMS_EPS = 1e-6
 
@@ -65,3 +68,34 @@ class Stats(torch.nn.Module):
     def forward(self, a, b, index):
         rows, sums = torch.ops.kx.gather_stats([a, b], None, a.shape[0], index)
         return rows * 2, sums
+
+
+@torch.library.custom_op("kx::softsign_scale", mutates_args=())
+def softsign_scale(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    return x / (1 + x.abs()) * w
+
+
+@softsign_scale.register_fake
+def _(x, w):
+    return torch.empty_like(x)
+
+
+class Softsign(torch.nn.Module):
+    """A layer around ``kx.softsign_scale`` (its weight a parameter, an argument of ``@main`` after the platform
+    index of a module lowered for several platforms)."""
+
+    def __init__(self, width: int = 8):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(width))
+
+    def forward(self, x):
+        return torch.ops.kx.softsign_scale(x - 1, self.w) + 3
+
+
+def doubled_by_pallas(x):
+    """``x`` times 2 by a Pallas kernel: for CUDA (Mosaic GPU), lowered by JAX here and run where a GPU is. Its
+    rows are 128 bytes at least (Mosaic GPU copies whole warpgroups)."""
+    def kernel(x_ref, o_ref):
+        o_ref[...] = x_ref[...] * 2
+
+    return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype))(x)

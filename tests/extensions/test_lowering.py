@@ -7,7 +7,6 @@ import sys
 
 import jax
 import jax.numpy as jnp
-from jax.experimental import pallas as pl
 import numpy as np
 import pytest
 import torch
@@ -16,7 +15,7 @@ from torch.export import Dim
 from torch_stablehlo import exporter
 from torch_stablehlo.exporter import LoweringError, UnsupportedOpsError, export_to_stablehlo
 from torch_stablehlo.tools.inspection import bundle_report, format_report
-from tests.extensions.ops import Rms, Stats
+from tests.extensions.ops import Rms, Stats, doubled_by_pallas
 
 TOLERANCE = dict(rtol=1e-5, atol=1e-5)  # float32: the same formula, JAX's reductions against torch's
 
@@ -144,18 +143,11 @@ def test_the_export_platforms_variant_wins_over_the_default():
         torch.testing.assert_close(export_to_stablehlo(model, (x,))(x), torch.full((3, 8), 10.0))
 
 
-def _doubled_by_pallas(x, w, eps):
-    """A Pallas kernel (for CUDA: lowered by JAX here, run where a GPU is)."""
-    def kernel(x_ref, o_ref):
-        o_ref[...] = x_ref[...] * 2
-
-    return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype))(x)
-
-
 def test_a_pallas_kernel_registered_for_cuda_is_lowered_for_cuda_exports_only():
     torch.manual_seed(0)
     model, x = Rms(128).eval(), torch.randn(8, 128)  # Mosaic GPU copies whole warpgroups (128 bytes)
-    with exporter.scoped_lowering(torch.ops.kx.scaled_rms.default, _doubled_by_pallas, platform="cuda"):
+    with exporter.scoped_lowering(torch.ops.kx.scaled_rms.default, lambda x, w, eps: doubled_by_pallas(x),
+                                  platform="cuda"):
         cuda = export_to_stablehlo(model, (x,), platform="cuda")
         cpu = export_to_stablehlo(model, (x,))
     assert "stablehlo.custom_call @mosaic_gpu" in cuda.stablehlo_text  # Pallas' GPU kernel
