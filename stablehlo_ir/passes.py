@@ -8,7 +8,6 @@ from jaxlib.mlir import ir, passmanager
 from jaxlib.mlir.dialects import stablehlo
 
 from .mlir_context import make_context
-from .float_products import has_float_products, rewrite_small_row_product
 from .int8_products import has_int8_products, rewrite_int8_product
 from .rewrites import expand_explicit_broadcasts, ops_where, sign_quant_storage
 
@@ -20,8 +19,7 @@ LEGALIZE_SHAPES = "builtin.module(func.func(shape-legalize-to-stablehlo),canonic
 # quant types (which PJRT refuses) as integer and float math; it emits chlo broadcasts
 LEGALIZE_QUANT = "builtin.module(func.func(stablehlo-legalize-quant-to-math))"
 # what prepare_for_xla does to a module, named in the compile cache's key: change it with the rewrites
-XLA_PREPARATION = ("quant types legalized; on CPU, int8 products padded or split into digits (int8_products v1) and "
-                   "small float32 row products through the weight's transpose (float_products v1)")
+XLA_PREPARATION = "quant types legalized; on CPU, int8 products padded or split into digits (int8_products v1)"
 
 
 @lru_cache(maxsize=None)
@@ -63,8 +61,8 @@ def _foreign_ops(module: ir.Module) -> list[str]:
 
 def prepare_for_xla(mlir_text: str, refine=None, platform: str | None = "cpu") -> str:
     """The module as XLA compiles it for ``platform`` (None: for several): quant types legalized to integer math
-    and, on CPU only, products in the forms XLA's CPU backend runs fast at decode shapes (``int8_products``,
-    ``float_products``); a copy, the input is unchanged.
+    and, on CPU only, int8 products in the forms XLA's CPU backend runs fast at decode shapes
+    (``int8_products``); a copy, the input is unchanged.
 
     ``refine`` (text -> text, e.g. ``?`` dims specialised to one call's shapes) runs first, or, with quant types,
     between their legalization and the expansion of the broadcasts it leaves: shape refinement crashes on a
@@ -73,7 +71,7 @@ def prepare_for_xla(mlir_text: str, refine=None, platform: str | None = "cpu") -
     parsing, no passes).
     """
     quantized = "!quant." in mlir_text
-    cpu_products = platform == "cpu" and (has_int8_products(mlir_text) or has_float_products(mlir_text))
+    cpu_products = platform == "cpu" and has_int8_products(mlir_text)
     if not quantized and not cpu_products:
         return mlir_text if refine is None else refine(mlir_text)
     source = mlir_text if quantized or refine is None else refine(mlir_text)
@@ -91,8 +89,8 @@ def prepare_for_xla(mlir_text: str, refine=None, platform: str | None = "cpu") -
 
 
 def _cpu_products(module: ir.Module) -> int:
-    """Rewrite, in place, the products XLA's CPU backend runs slowly at decode shapes (``int8_products``,
-    ``float_products``); how many were."""
+    """Rewrite, in place, the int8 products XLA's CPU backend runs slowly at decode shapes (``int8_products``);
+    how many were."""
     products = ops_where(module, lambda op: op.name == "stablehlo.dot_general")
     with module.context:
-        return sum(rewrite_int8_product(op) or rewrite_small_row_product(op) for op in products)
+        return sum(rewrite_int8_product(op) for op in products)

@@ -23,7 +23,7 @@ from ..constants import full_like
 from ..emit.composites import composite
 from ..emit.contraction import contract, written_rows
 from ..emit.elementwise import compare
-from ..emit.live_prefix import as_stored, bucket_lengths, over_live_prefix
+from ..emit.live_prefix import as_written, bucket_lengths, over_live_prefix
 from ..emit.random_bits import dropout_values
 from ..emit.reductions import reduce
 from ..mlir_types import DYNAMIC, mlir_shape, tensor_type
@@ -176,7 +176,7 @@ def scaled_dot_product_attention(ctx, query, key, value, attn_mask=None, dropout
     # no composite where it is random (its decomposition function could not reach the rng_seed argument), or
     # over a KV cache just written in place (a generate loop's: through reshapes of unit dims): the products read
     # the cache from before the write (written_rows), or only its live prefix, as written (emit.live_prefix)
-    if dropout_p or any(written_rows(as_stored(v)[0]) is not None for v in (key, value)):
+    if dropout_p or any(written_rows(as_written(v)) is not None for v in (key, value)):
         metas = [ctx.arg_meta(i) for i in range(3)]
         return _attention(ctx, metas, [ctx.out_meta], query, key, value, attn_mask, scale, is_causal, groups,
                           dropout_p)[0]
