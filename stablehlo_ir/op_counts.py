@@ -7,21 +7,16 @@ from collections import Counter
 from jaxlib.mlir import ir
 
 from .mlir_context import make_context
+from .rewrites import ops_where
 
 _STABLEHLO_OP = re.compile(r"^(stablehlo|chlo)\.")
 
 
 def op_histogram(mlir_text: str) -> Counter:
     """How many times each operation occurs in the module, nested regions included (the module itself not)."""
-    counts: Counter = Counter()
-
-    def visit(op):
-        counts[op.name] += 1
-        return ir.WalkResult.ADVANCE
-
     with make_context() as context:
         module = ir.Module.parse(mlir_text, context)  # held while walked
-        module.operation.walk(visit)
+        counts = Counter(op.name for op in ops_where(module, lambda op: True))
     del counts["builtin.module"]
     return counts
 

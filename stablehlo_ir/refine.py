@@ -20,6 +20,7 @@ from jaxlib.mlir.dialects import stablehlo
 
 from .mlir_context import make_context
 from .passes import run_pipeline
+from .rewrites import ops_where
 
 REFINE = ("builtin.module(func.func(stablehlo-legalize-composite-to-call),stablehlo-refine-shapes,"
           "func.func(stablehlo-canonicalize-dynamism),canonicalize)")
@@ -91,15 +92,12 @@ def _set_argument_shapes(main, shapes: Sequence[Sequence[int]]) -> None:
 
 
 def _dynamic_values(module: ir.Module) -> list[str]:
-    found = []
+    return [op.name for op in ops_where(module, _has_dynamic_type)]
 
-    def visit(op):
-        types = [r.type for r in op.results] + [a.type for region in op.regions for b in region.blocks
-                                                 for a in b.arguments]
-        if any(t.typeid == ir.RankedTensorType.static_typeid and not ir.RankedTensorType(t).has_static_shape
-               for t in types):
-            found.append(op.name)
-        return ir.WalkResult.ADVANCE
 
-    module.operation.walk(visit)
-    return found
+def _has_dynamic_type(op) -> bool:
+    """Whether a result of ``op``, or an argument of one of its blocks, is a tensor with a ``?`` dim."""
+    types = [r.type for r in op.results] + [a.type for region in op.regions for b in region.blocks
+                                             for a in b.arguments]
+    return any(t.typeid == ir.RankedTensorType.static_typeid and not ir.RankedTensorType(t).has_static_shape
+               for t in types)
