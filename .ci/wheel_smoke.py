@@ -116,6 +116,7 @@ def check(wheel: Path) -> None:
     for folder in FOLDERS:
         require(f"{NAMESPACE}/{folder}/__init__.py" in names, f"{wheel.name} lacks {NAMESPACE}.{folder}")
     require(any(n.startswith(f"{NAMESPACE}/golden/data/") for n in names), f"{wheel.name} lacks golden/data")
+    require(f"{NAMESPACE}/py.typed" in names, f"{wheel.name} lacks py.typed: users' type checkers would skip it")
     require(not [n for n in names if "/tests/" in n or n.startswith(f"{NAMESPACE}/bench/")],
             f"{wheel.name} ships tests or bench scripts")
 
