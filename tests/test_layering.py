@@ -102,8 +102,9 @@ def test_the_table_names_every_package():
     assert packages <= set(LAYERS), f"package_layers.LAYERS lacks {sorted(packages - set(LAYERS))}"
     others = set(LAYERS) - packages - {NAMESPACE}
     assert others == set(package_layers.SCRIPTS), f"package_layers.LAYERS names {sorted(others)}, not packages"
-    assert all((ROOT / folder).is_dir() and not (ROOT / folder / "__init__.py").exists()
-               for folder in package_layers.SCRIPTS)
+    for folder in package_layers.SCRIPTS:
+        assert (ROOT / folder).is_dir() and not (ROOT / folder / "__init__.py").exists(), \
+            f"package_layers.SCRIPTS names {folder}, which is not a folder of scripts"
 
 
 def test_readme_shows_the_table():

@@ -75,15 +75,15 @@ def test_every_repository_package_is_installed_under_the_namespace():
 
 
 def test_the_editable_install_is_a_plain_path_entry():
-    """No import hook: the installed distribution maps ``torch_stablehlo`` by a path entry (a ``.pth`` naming a
-    folder), which static tools follow; an import hook (a finder module) is what they cannot."""
-    files = [str(f) for f in metadata.distribution(PYPROJECT["name"]).files or ()]
+    """No import hook: the installed distribution maps ``torch_stablehlo`` by a path entry (a ``.pth`` naming the
+    folder that holds it), which static tools follow; an import hook (a finder module) is what they cannot."""
+    installed = metadata.distribution(PYPROJECT["name"])
+    files = [str(f) for f in installed.files or ()]
     assert not [f for f in files if f.endswith("_finder.py")], f"installed through an import hook: {files}"
-    editable = [f for f in files if f.endswith(".pth")]
-    if editable:  # an editable install (make's .venv); a wheel installs the package itself
-        entries = [line.strip() for f in editable for line in
-                   metadata.distribution(PYPROJECT["name"]).locate_file(f).read_text().splitlines()]
-        assert all(Path(entry, NAMESPACE, "__init__.py").is_file() for entry in entries), entries
+    entries = [line.strip() for f in files if f.endswith(".pth")
+               for line in installed.locate_file(f).read_text().splitlines() if line.strip()]
+    # an editable install (make's .venv) names the checkout; a wheel installs the package itself, no .pth
+    assert all(Path(entry, NAMESPACE, "__init__.py").is_file() for entry in entries), entries
 
 
 WALK = """
