@@ -3,6 +3,8 @@
 # tests and the time per test directory; `make test-full` checks every OpInfo entry (most of an hour on 2 cores);
 # `make coverage` re-sweeps everything and regenerates docs/coverage.md and docs/coverage.json;
 # `make models` sweeps the transformers architectures of tools/model_table.py into docs/models.md and docs/models.json.
+# `make check-imports` runs mypy's import resolution over the package (.ci/check_imports.py): every torch_stablehlo.*
+# import resolves statically and the public names are not Any (under a minute on 2 cores; seconds when cached).
 # `make check-commands` runs every command README.md and this Makefile show, at small sizes
 # (tests/test_documented_commands.py; `make test` runs the ones that take seconds, .ci/run the others too).
 PYTHON ?= python3
@@ -10,7 +12,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-full check-commands coverage models golden bench bench-large clean
+.PHONY: demo test test-full check-imports check-commands coverage models golden bench bench-large clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -25,6 +27,9 @@ test: $(STAMP)
 
 test-full: $(STAMP)
 	$(PY) -m pytest -n auto --dist loadgroup -q --durations=25 --full-sweep
+
+check-imports: $(STAMP)
+	$(PY) .ci/check_imports.py
 
 check-commands: $(STAMP)
 	$(PY) -m pytest -n auto --dist loadgroup -q tests/test_documented_commands.py --documented-commands all

@@ -16,6 +16,7 @@ import importlib
 import os
 import pkgutil
 import re
+import runpy
 import shutil
 import subprocess
 import sys
@@ -26,14 +27,15 @@ from pathlib import Path
 
 NAMESPACE = "torch_stablehlo"
 DISTRIBUTION = "torch-stablehlo-exporter"
+REPO = Path(__file__).resolve().parent.parent
 # the repository's folders that install as torch_stablehlo.<folder>: none may be importable at the top level
-FOLDERS = ("exporter", "aten_lowerings", "quantize", "runtime", "stablehlo_ir", "golden", "tools")
+# (read from the checkout's layer table, a module that imports nothing: run, not imported from the checkout)
+FOLDERS = runpy.run_path(str(REPO / NAMESPACE / "package_layers.py"))["FOLDERS"]
 RANGED = ("torch", "jax", "jaxlib")  # dependencies that must be stated as ranges (code uses their internals)
 # import name -> the extra that installs it: a module of the package needing one of these may fail to import
 # in the core install (``smoke``), and only with that import's ModuleNotFoundError
 OPTIONAL = {"transformers": "golden", "tensorflow": "serving", "torchao": "quant", "model_explorer": "explore",
             "iree": "dev"}
-REPO = Path(__file__).resolve().parent.parent
 
 
 class CheckFailed(SystemExit):
@@ -49,16 +51,20 @@ def require(condition, message: str) -> None:
 # -- build -------------------------------------------------------------------------------------------------
 
 def build(dist: Path) -> Path:
-    """Build the wheel from a copy of the checkout's files (tracked, and untracked ones git does not ignore):
-    setuptools' in-tree ``build/`` keeps files from earlier builds, which would end up in the wheel."""
+    """Build the wheel from a copy of the checkout's files (tracked, and untracked ones git does not ignore; links
+    copied as links): setuptools' in-tree ``build/`` keeps files from earlier builds, which would end up in the
+    wheel."""
     listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=REPO,
                             check=True, capture_output=True).stdout.decode().split("\0")
     with tempfile.TemporaryDirectory(prefix="wheel-src-") as source:
         for name in filter(None, listed):
-            path = REPO / name
-            if path.is_file():  # a file deleted in the work tree but still in the index is left out
-                (Path(source) / name).parent.mkdir(parents=True, exist_ok=True)
-                shutil.copy2(path, Path(source) / name)
+            path, copy = REPO / name, Path(source) / name
+            if path.is_symlink():  # torch_stablehlo/<folder> -> ../<folder>: the link itself
+                copy.parent.mkdir(parents=True, exist_ok=True)
+                copy.symlink_to(os.readlink(path))
+            elif path.is_file():  # a file deleted in the work tree but still in the index is left out
+                copy.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(path, copy)
         dist.mkdir(parents=True, exist_ok=True)
         before = set(dist.glob("*.whl"))
         result = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", str(dist), source],
@@ -110,6 +116,7 @@ def check(wheel: Path) -> None:
     for folder in FOLDERS:
         require(f"{NAMESPACE}/{folder}/__init__.py" in names, f"{wheel.name} lacks {NAMESPACE}.{folder}")
     require(any(n.startswith(f"{NAMESPACE}/golden/data/") for n in names), f"{wheel.name} lacks golden/data")
+    require(f"{NAMESPACE}/py.typed" in names, f"{wheel.name} lacks py.typed: users' type checkers would skip it")
     require(not [n for n in names if "/tests/" in n or n.startswith(f"{NAMESPACE}/bench/")],
             f"{wheel.name} ships tests or bench scripts")
 

@@ -1,6 +1,7 @@
 """Public API: convert torch programs to StableHLO artifacts and load saved ones; ``scan_layers`` for deep stacks;
 ``export_generate`` for a language model's whole generate loop; ``lowering`` for your own ops' JAX lowerings."""
 import importlib
+from typing import TYPE_CHECKING
 
 from .api import export_to_stablehlo
 from .formats.artifact import StableHLOArtifact, load_artifact
@@ -12,6 +13,9 @@ from .scan_layers import scan_layers
 from .extensions import composite, lowering, scoped_lowering
 from .conversion.sharding import mark_sharding, tensor_parallel_shardings
 from torch_stablehlo.runtime.spmd import MeshError
+
+if TYPE_CHECKING:  # what static tools see (at run time, __getattr__ below)
+    from .generate import GenerateArtifact, export_generate
 
 __all__ = ["export_to_stablehlo", "load_artifact", "StableHLOArtifact", "find_divergence", "Divergence",
            "scan_layers", "iree_module", "compile_for_iree", "mark_sharding", "tensor_parallel_shardings", "ExportError", "LoweringError",

@@ -27,6 +27,7 @@ from torch_stablehlo.quantize.schemes import QUANTIZE
 from .formats.artifact import StableHLOArtifact
 from .conversion.locations import module_path, source_line
 from .conversion.pipeline import Conversion, convert
+from .conversion.signature import RNG_SEED
 from .tolerances import TOLERANCES
 
 CHUNK_SIZE = 512
@@ -121,7 +122,7 @@ def _eager_values(conversion: Conversion, tensors: list) -> dict:
     placeholders = [weights[slot.target].clone() if slot.kind == STATE else
                     weights[slot.target] if slot.target in weights else
                     next(user_tensors) if slot.tensor is not None else slot.value
-                    for slot in conversion.signature.inputs if slot.kind != "rng_seed"]
+                    for slot in conversion.signature.inputs if slot.kind != RNG_SEED]
     with torch.no_grad():
         Recorder(conversion.graph_module).run(*placeholders)
     return values

@@ -1,12 +1,12 @@
-"""README's layer table holds: each package imports only packages of lower layers (never one of its own layer
-or above), read from the imports of every .py file with ``ast``.
+"""The layer table holds: each package imports only packages of lower layers (never one of its own layer or
+above), read from the imports of every .py file with ``ast``. The table is ``torch_stablehlo.package_layers``
+(one place in code); README's "Layout" table shows it, and a test here checks that the two agree.
 
 The namespace root ``torch_stablehlo/`` is two things: its ``__init__`` (the public API, re-exported) and
 ``__main__`` (the CLI) sit above everything and are not checked; its other modules (``supported``,
-``exported_program``) are the table's layer 0, below every package: they import no package.
+``exported_program``, ``package_layers``) are the table's layer 0, below every package: they import no package.
 
-Static tools cannot follow setup.py's package-dir mapping (``torch_stablehlo.exporter`` is the folder
-``exporter/``), so the imports are resolved here: absolute ones (``torch_stablehlo.<package>...``), relative ones
+Imports are resolved here, from the source alone: absolute ones (``torch_stablehlo.<package>...``), relative ones
 (``from ..runtime import pjrt``, climbing out of a package into the namespace), ``from torch_stablehlo import
 <public name>`` (the exporter's API, re-exported by the namespace) and ``importlib.import_module("...")`` with a
 literal name. An import of a package's folder as a top-level module (``import exporter``) is an error wherever
@@ -20,27 +20,27 @@ from pathlib import Path
 
 import pytest
 
+from torch_stablehlo import package_layers
+
 ROOT = Path(__file__).resolve().parent.parent
 NAMESPACE = "torch_stablehlo"
 PUBLIC_API = "exporter"  # `torch_stablehlo.<name>` for a name of exporter.__all__ (torch_stablehlo/__init__.py)
 FACADE = {"__init__.py", "__main__.py"}  # of the namespace root: above everything, not checked
-# the namespace root's other modules (supported.py, exported_program.py): an import of one counts as one of the
-# root's layer (README's `torch_stablehlo/` row, 0), which every package may import
+# the namespace root's other modules (supported.py, exported_program.py, ...): an import of one counts as one of
+# the root's layer (0), which every package may import
 BASE = {path.stem for path in (ROOT / NAMESPACE).glob("*.py") if path.name not in FACADE}
 
 
-def layer_table() -> dict[str, int]:
-    """README's "Layout" table: package folder -> layer number (higher layers import lower ones)."""
+LAYERS = package_layers.LAYER_OF  # package folder -> layer number (higher layers import lower ones)
+
+
+def readme_table() -> dict[str, int]:
+    """README's "Layout" table, as package folder -> layer number."""
     text = (ROOT / "README.md").read_text()
     section = text[text.index("\n## Layout"):]
     section = section[:section.index("\n## ", 1)]
-    layers = {match["package"]: int(match["layer"]) for match in
-              re.finditer(r"^\|\s*(?P<layer>\d+)\s*\|\s*`(?P<package>\w+)/`\s*\|", section, re.M)}
-    assert len(layers) >= 8, f"README's layer table reads as {layers}"
-    return layers
-
-
-LAYERS = layer_table()
+    return {match["package"]: int(match["layer"]) for match in
+            re.finditer(r"^\|\s*(?P<layer>\d+)\s*\|\s*`(?P<package>\w+)/`\s*\|", section, re.M)}
 
 
 def files(package: str) -> list[Path]:
@@ -99,14 +99,23 @@ def imported(path: Path) -> list[tuple[int, str]]:
 
 def test_the_table_names_every_package():
     packages = {path.parent.name for path in ROOT.glob("*/__init__.py")} - {"tests", NAMESPACE}
-    assert packages <= set(LAYERS), f"README's layer table lacks {sorted(packages - set(LAYERS))}"
-    assert set(LAYERS) <= packages | {"bench", NAMESPACE}, \
-        f"README's layer table names {sorted(set(LAYERS) - packages - {'bench', NAMESPACE})}, which are not packages"
+    assert packages <= set(LAYERS), f"package_layers.LAYERS lacks {sorted(packages - set(LAYERS))}"
+    others = set(LAYERS) - packages - {NAMESPACE}
+    assert others == set(package_layers.SCRIPTS), f"package_layers.LAYERS names {sorted(others)}, not packages"
+    for folder in package_layers.SCRIPTS:
+        assert (ROOT / folder).is_dir() and not (ROOT / folder / "__init__.py").exists(), \
+            f"package_layers.SCRIPTS names {folder}, which is not a folder of scripts"
+
+
+def test_readme_shows_the_table():
+    assert readme_table() == LAYERS, (
+        "README's Layout table differs from torch_stablehlo/package_layers.py: README has "
+        f"{sorted(readme_table().items())}, the code {sorted(LAYERS.items())}")
 
 
 def test_the_namespace_root_is_the_bottom_layer():
     assert LAYERS.get(NAMESPACE) == 0 < min(layer for package, layer in LAYERS.items() if package != NAMESPACE)
-    assert {"supported", "exported_program"} <= BASE
+    assert {"supported", "exported_program", "package_layers"} <= BASE
 
 
 @pytest.mark.parametrize("package", sorted(LAYERS))
@@ -120,7 +129,7 @@ def test_a_package_imports_only_lower_layers(package):
             elif what != package and not LAYERS[what] < LAYERS[package]:
                 wrong.append(f"{path.relative_to(ROOT)}:{line} imports {what} (layer {LAYERS[what]}) from "
                              f"{package} (layer {LAYERS[package]})")
-    assert not wrong, "imports against README's layer table:\n" + "\n".join(wrong)
+    assert not wrong, "imports against the layer table (torch_stablehlo/package_layers.py):\n" + "\n".join(wrong)
 
 
 def test_the_namespace_root_modules_import_no_package():

@@ -1,13 +1,14 @@
 """One import namespace, stated dependency ranges, the import-time version check, the public entry points.
 
-The repository's folders install as ``torch_stablehlo.<folder>`` (setup.py's package-dir mapping): nothing of the
-package may be imported under a top-level name as well (two copies of a module are two registries).
+The repository's folders install as ``torch_stablehlo.<folder>`` through the links ``torch_stablehlo/<folder> ->
+../<folder>`` (the folders: ``torch_stablehlo.package_layers.FOLDERS``), so ``torch_stablehlo`` is a plain package
+on disk that static tools resolve, and an editable install is a plain path entry. Nothing of the package may be
+imported under a top-level name as well (two copies of a module are two registries).
 ``torch_stablehlo.supported.SUPPORTED``, pyproject.toml's dependency ranges and constraints.txt's pins must agree.
 ``.ci/wheel_smoke.py`` checks the same things on the built wheel, installed alone into a fresh venv.
 """
 from __future__ import annotations
 
-import ast
 import importlib
 import importlib.util
 import json
@@ -27,23 +28,14 @@ from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 import torch_stablehlo
-from torch_stablehlo import supported
+from torch_stablehlo import package_layers, supported
 
 ROOT = Path(__file__).resolve().parent.parent
 NAMESPACE = "torch_stablehlo"
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
 
 
-def setup_folders() -> list[str]:
-    """setup.py's FOLDERS: the repository folders mapped to ``torch_stablehlo.<folder>``."""
-    tree = ast.parse((ROOT / "setup.py").read_text())
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == ["FOLDERS"]:
-            return ast.literal_eval(node.value)
-    raise AssertionError("setup.py has no FOLDERS = [...]")
-
-
-FOLDERS = setup_folders()
+FOLDERS = list(package_layers.FOLDERS)  # the repository folders installed as torch_stablehlo.<folder>
 
 
 def constraints() -> dict[str, Version]:
@@ -68,20 +60,38 @@ def requirements(extras: bool) -> list[Requirement]:
 
 def test_every_repository_package_is_installed_under_the_namespace():
     packages = {path.parent.name for path in ROOT.glob("*/__init__.py")} - {"tests", NAMESPACE}
-    assert sorted(FOLDERS) == sorted(packages), "setup.py's FOLDERS are not the repository's packages"
+    assert sorted(FOLDERS) == sorted(packages), "package_layers.FOLDERS are not the repository's packages"
+    folders = {path.name: path for path in (ROOT / NAMESPACE).iterdir() if path.name != "__pycache__"
+               and (path.is_dir() or path.is_symlink())}
+    assert sorted(folders) == sorted(FOLDERS), (
+        f"{NAMESPACE}/ holds {sorted(folders)}, not a link to each of {FOLDERS}: ln -s ../NAME {NAMESPACE}/NAME")
+    for folder, path in folders.items():
+        assert path.is_symlink() and os.readlink(path) == f"../{folder}", f"{path} is not a link to ../{folder}"
     spec = importlib.util.spec_from_file_location("wheel_smoke", ROOT / ".ci" / "wheel_smoke.py")
     smoke = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(smoke)
-    assert list(smoke.FOLDERS) == FOLDERS, ".ci/wheel_smoke.py's FOLDERS differ from setup.py's"
+    assert list(smoke.FOLDERS) == FOLDERS, ".ci/wheel_smoke.py's FOLDERS differ from package_layers.FOLDERS"
     assert set(smoke.RANGED) == set(supported.SUPPORTED)
+
+
+def test_the_editable_install_is_a_plain_path_entry():
+    """No import hook: the installed distribution maps ``torch_stablehlo`` by a path entry (a ``.pth`` naming the
+    folder that holds it), which static tools follow; an import hook (a finder module) is what they cannot."""
+    installed = metadata.distribution(PYPROJECT["name"])
+    files = [str(f) for f in installed.files or ()]
+    assert not [f for f in files if f.endswith("_finder.py")], f"installed through an import hook: {files}"
+    entries = [line.strip() for f in files if f.endswith(".pth")
+               for line in installed.locate_file(f).read_text().splitlines() if line.strip()]
+    # an editable install (make's .venv) names the checkout; a wheel installs the package itself, no .pth
+    assert all(Path(entry, NAMESPACE, "__init__.py").is_file() for entry in entries), entries
 
 
 WALK = """
 import importlib, json, pkgutil, sys
 folders = {folders!r}
 import torch_stablehlo
-todo = [torch_stablehlo] + [importlib.import_module("torch_stablehlo." + f) for f in folders]
-imported = {{m.__name__: m.__file__ for m in todo}}
+todo = [torch_stablehlo]
+imported = {{"torch_stablehlo": torch_stablehlo.__file__}}
 while todo:
     package = todo.pop()
     for found in pkgutil.iter_modules(package.__path__, package.__name__ + "."):
@@ -97,9 +107,9 @@ print(json.dumps({{"imported": imported, "tops": tops}}))
 
 
 def test_importing_every_module_loads_each_once_under_the_namespace():
-    """A fresh interpreter imports every module of the package (walked with pkgutil; an editable install maps the
-    folders with a finder pkgutil cannot list, so the walk starts at each ``torch_stablehlo.<folder>``): none is
-    also in sys.modules under a top-level name, and each comes from its folder."""
+    """A fresh interpreter imports every module of the package (walked with pkgutil from ``torch_stablehlo``, a
+    plain package on disk): none is also in sys.modules under a top-level name, and each comes from its folder,
+    found through the namespace's link to it."""
     result = subprocess.run([sys.executable, "-c", WALK.format(folders=FOLDERS)], cwd=ROOT, capture_output=True,
                             text=True, timeout=300, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
     assert result.returncode == 0, result.stderr[-3000:]
@@ -112,6 +122,7 @@ def test_importing_every_module_loads_each_once_under_the_namespace():
         folder = name.split(".")[1] if name.count(".") else NAMESPACE
         folder = folder if folder in FOLDERS else NAMESPACE
         assert Path(file).resolve().is_relative_to(ROOT / folder), f"{name} imported from {file}"
+        assert Path(file).is_relative_to(ROOT / NAMESPACE), f"{name} imported from {file}, not through {NAMESPACE}/"
     assert len(imported) > 100
 
 

@@ -6,8 +6,12 @@ them first checks that the installed torch and JAX are versions this code suppor
 The public names are loaded on first use, so ``import torch_stablehlo.runtime`` stays light.
 """
 import importlib
+from typing import TYPE_CHECKING
 
 from .supported import check_installed
+
+if TYPE_CHECKING:  # what static tools see: the public names themselves (at run time, __getattr__ below)
+    from .exporter import *  # noqa: F403
 
 check_installed()
 

@@ -33,7 +33,7 @@ from ..errors import LoweringError
 from .inplace import VIEW_SCATTERS, functionalised
 from .locations import LocationCache, describe
 from ..terminal import progress
-from .signature import PLATFORM_INDEX, InputSlot, Signature
+from .signature import PLATFORM_INDEX, RNG_SEED, InputSlot, Signature
 
 ALIASING_ATTR = "tf.aliasing_output"  # on an argument: the index of the result that may reuse its buffer
 
@@ -87,7 +87,7 @@ class GraphLowering:
                 function.arg_attrs = argument_attributes(self.signature.main_shardings)
             argument_of = {}
             for slot, argument in zip(slots, block.arguments):
-                if slot.kind == "rng_seed":
+                if slot.kind == RNG_SEED:
                     self._seed = argument
                 elif slot.kind == PLATFORM_INDEX:
                     self._platform_index = argument

@@ -18,7 +18,7 @@ from torch_stablehlo.aten_lowerings import mark_sharding, spec_of  # noqa: F401 
 from torch_stablehlo.stablehlo_ir.sharding import Spec, normalize_spec, spec_text
 
 from ..errors import ShardingError
-from .signature import Signature
+from .signature import RNG_SEED, Signature
 
 
 class TensorParallelShardings(dict):
@@ -84,7 +84,7 @@ def _plain_shardings(shardings, mesh: dict[str, int]) -> Mapping:
 
 def _resolve(signature: Signature, mesh: dict[str, int], shardings: Mapping) -> dict[str, Spec]:
     """Slot name -> spec, each key matched by ``fnmatch`` against input and weight names."""
-    slots = [s for s in signature.inputs if s.tensor is not None and s.kind != "rng_seed"]
+    slots = [s for s in signature.inputs if s.tensor is not None and s.kind != RNG_SEED]
     optional = getattr(shardings, "optional", set())
     specs: dict[str, Spec] = {}
     given_by: dict[str, str] = {}

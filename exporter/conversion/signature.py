@@ -29,7 +29,7 @@ from .trees import load_treespec
 class InputSlot:
     """One graph placeholder: a weight (``target`` = state-dict key) or a user input."""
     name: str
-    kind: str                      # an exported_program kind ("parameter", "state", "user_input", ...), "rng_seed"
+    kind: str                      # an exported_program kind ("parameter", "state", "user_input", ...), RNG_SEED
     target: str | None
     tensor: TensorSpec | None      # None for a non-tensor input that export specialised
     value: object = None           # that specialised value
@@ -82,6 +82,10 @@ PLATFORM_INDEX = "platform_index"
 """The kind and name of ``@main``'s first argument where it is lowered for several platforms (never a slot of
 ``Signature.inputs``: ``main_inputs`` puts it first)."""
 PLATFORM_INDEX_SLOT = InputSlot(PLATFORM_INDEX, PLATFORM_INDEX, None, TensorSpec(PLATFORM_INDEX, "int32", ()))
+
+RNG_SEED = RNG_SEED_NAME
+"""The kind and name of ``@main``'s last argument where the program draws random numbers: the seed."""
+RNG_SEED_SLOT = InputSlot(RNG_SEED, RNG_SEED, None, TensorSpec(RNG_SEED, dtype_name(RNG_SEED_DTYPE), ()))
 
 
 @dataclass
@@ -160,7 +164,7 @@ class Signature:
     @property
     def takes_rng_seed(self) -> bool:
         """Whether ``@main`` ends with the ``rng_seed`` argument (the program draws random numbers)."""
-        return any(s.kind == "rng_seed" for s in self.inputs)
+        return any(s.kind == RNG_SEED for s in self.inputs)
 
     @property
     def user_outputs(self) -> list[OutputSlot]:
@@ -295,7 +299,7 @@ def _sharding_note(slot: InputSlot) -> str:
 
 
 OUTPUT_SLOT_KINDS = frozenset(OUTPUT_KINDS.values())
-INPUT_SLOT_KINDS = frozenset({kind.name for kind in INPUT_KINDS.values()} | {STATE, "rng_seed"})
+INPUT_SLOT_KINDS = frozenset({kind.name for kind in INPUT_KINDS.values()} | {STATE, RNG_SEED})
 """The kinds an input slot may have (a manifest's are checked against them)."""
 
 
@@ -333,8 +337,7 @@ def signature_of(ep: torch.export.ExportedProgram) -> Signature:
         value = None if tensor is not None else _plain(meta)
         inputs.append(InputSlot(name, kind, spec.target, tensor, value))
     if uses_random(ep.graph_module):  # GraphLowering appends it to @main's arguments
-        seed = TensorSpec(RNG_SEED_NAME, dtype_name(RNG_SEED_DTYPE), ())
-        inputs.append(InputSlot(RNG_SEED_NAME, "rng_seed", None, seed))
+        inputs.append(RNG_SEED_SLOT)
     output_node = next(n for n in ep.graph.nodes if n.op == "output")
     outputs = []
     user_outputs = 0

@@ -16,7 +16,7 @@ from torch_stablehlo.stablehlo_ir.platforms import PLATFORMS
 from torch_stablehlo.stablehlo_ir.specs import DTYPES_BY_NAME
 
 from ..conversion.dim_grammar import DimSyntaxError, parse
-from ..conversion.signature import INPUT_SLOT_KINDS, OUTPUT_SLOT_KINDS, SCALAR_NAMES
+from ..conversion.signature import INPUT_SLOT_KINDS, OUTPUT_SLOT_KINDS, RNG_SEED, SCALAR_NAMES
 from ..errors import BundleError
 
 
@@ -166,7 +166,7 @@ def check_slots(manifest: dict, signature, where: str) -> None:
                 _check_held(manifest, slot, f"signature.inputs[{index}]")
             if slot.sharding is not None:
                 _check_sharding(signature.mesh or {}, slot, f"signature.inputs[{index}].sharding")
-            if slot.kind == "rng_seed" and (index != len(signature.inputs) - 1 or slot.tensor is None
+            if slot.kind == RNG_SEED and (index != len(signature.inputs) - 1 or slot.tensor is None
                                             or (slot.tensor.dtype, slot.tensor.shape) != ("int64", ())):
                 raise SchemaError(f"signature.inputs[{index}]", "an rng_seed input is the last, a 0-d int64")
         for index, slot in enumerate(signature.outputs):

@@ -29,7 +29,7 @@ from torch_stablehlo.aten_lowerings import RNG_SEED_DTYPE, constant, while_loop
 from torch_stablehlo.stablehlo_ir.functions import move_functions
 from torch_stablehlo.stablehlo_ir.mlir_context import make_context
 
-from ..conversion.signature import InputSlot
+from ..conversion.signature import RNG_SEED, InputSlot
 from ..formats.artifact import StableHLOArtifact
 from .settings import START_TOKENS
 
@@ -80,7 +80,7 @@ def compose(prefill: StableHLOArtifact, decode: StableHLOArtifact, max_new_token
         weight_types = {t: ty for step in steps for t, ty in zip(taken[step], argument_types[step])}
         input_types = argument_types["prefill"][len(taken["prefill"]):][:len(inputs)]
         seed_types = [ir.RankedTensorType.get([], ir.IntegerType.get_signless(64))] if sampling else []
-        names = [s.name for s in weight_slots] + inputs + (["rng_seed"] if sampling else [])
+        names = [s.name for s in weight_slots] + inputs + ([RNG_SEED] if sampling else [])
         batch = ir.RankedTensorType(input_types[0]).shape[0]
         columns = ir.ShapedType.get_dynamic_size() if prompt_input else START_TOKENS + max_new_tokens
         result = ir.RankedTensorType.get([batch, columns], ir.IntegerType.get_signless(64))
@@ -114,7 +114,7 @@ class _GenerateMain:
         return {slot.tensor.name: value for slot, value in zip(signature.main_outputs, call.results)}
 
     def step_seed(self, cursor: ir.Value | None) -> ir.Value:
-        seed = stablehlo.multiply(self.arguments["rng_seed"], constant(STEP_SEEDS, RNG_SEED_DTYPE))
+        seed = stablehlo.multiply(self.arguments[RNG_SEED], constant(STEP_SEEDS, RNG_SEED_DTYPE))
         return seed if cursor is None else stablehlo.add(seed, cursor)
 
     def emit(self, inputs: list[str], max_new_tokens: int, prompt_input: str | None, result: ir.Type) -> None:

@@ -8,7 +8,7 @@ import torch.utils._pytree as pytree
 from torch_stablehlo.exported_program import USER_OUTPUT
 from torch_stablehlo.stablehlo_ir.specs import TensorSpec
 
-from ..conversion.signature import InputSlot, OutputSlot, Signature
+from ..conversion.signature import RNG_SEED_SLOT, InputSlot, OutputSlot, Signature
 from ..errors import InputError
 from ..formats.artifact import StableHLOArtifact
 from .settings import TRACED_PROMPT_LEN, GenerationSettings
@@ -91,7 +91,7 @@ def generate_signature(weight_slots: list[InputSlot], batch: int, settings: Gene
     inputs = [*weight_slots] + [InputSlot(name, "user_input", name, TensorSpec(name, "int64", (batch, dim)))
                                 for name in INPUT_NAMES]
     if settings.do_sample:
-        inputs.append(InputSlot("rng_seed", "rng_seed", None, TensorSpec("rng_seed", "int64", ())))
+        inputs.append(RNG_SEED_SLOT)
     output = TensorSpec("sequences", "int64", (batch, sequences))
     in_spec = pytree.tree_flatten(((example,), {"attention_mask": example}))[1]
     out_spec = pytree.tree_flatten(example)[1]
