@@ -2,7 +2,8 @@
 
 Routes: ``POST /v1/completions``, ``POST /v1/chat/completions`` (the tokenizer's chat template), both with
 ``stream: true`` as server-sent events ending in ``data: [DONE]``; ``GET /v1/models``, ``GET /health`` and
-``GET /metrics`` (Prometheus text, ``metrics.py`` says what each series means).
+``GET /metrics`` (Prometheus text, ``metrics.py`` says what each series means). ``/health`` names the
+serving process, which tells Ray Serve's replicas apart.
 
 The engine is injected (``build_app(engine, tokenizer, model_name)``): anything with the Engine's ``submit``
 and its ``slots``, ``slots_busy``, ``queue_depth`` and ``max_prompt_len`` attributes serves. Text is the
@@ -17,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import time
 import uuid
 from dataclasses import dataclass
@@ -285,7 +287,7 @@ class OpenAIServer:
 
     async def health(self) -> dict:
         return {"status": "ok", "slots": self.engine.slots, "slots_busy": self.engine.slots_busy,
-                "queue_depth": self.engine.queue_depth}
+                "queue_depth": self.engine.queue_depth, "process": os.getpid()}
 
     async def prometheus(self) -> Response:
         return Response(self.metrics.exposition(), media_type=self.metrics.content_type)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
 import random
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -171,7 +172,8 @@ def test_malformed_json_and_unknown_routes(served):
     assert status == 400 and body["error"]["param"] == "messages", body
     status, body = raw(url, "GET", "/v1/engines")
     assert status == 404 and body["error"]["type"] == "not_found_error", body
-    assert raw(url, "GET", "/health") == (200, {"status": "ok", "slots": 2, "slots_busy": 0, "queue_depth": 0})
+    assert raw(url, "GET", "/health") == (200, {"status": "ok", "slots": 2, "slots_busy": 0, "queue_depth": 0,
+                                                "process": os.getpid()})
     assert raw(url, "GET", "/v1/models")[1]["data"][0]["id"] == MODEL
 
 

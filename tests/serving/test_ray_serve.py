@@ -1,0 +1,36 @@
+"""``torch-stablehlo serve CHECKPOINT --ray --replicas 2``: two Ray Serve replicas of the engine answer 8
+concurrent requests token-exact (the tokenizer's decoding of HF ``generate``'s greedy tokens), and both
+replicas serve. Ray binds the machine's interface address whatever it is asked, so the whole exchange runs in
+a network namespace this test makes (``unshare -n``, then ``ip link set lo up``): the server and its client
+(tests/serving/ray_driver.py) see only loopback."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from torch_stablehlo.serving.text import decode
+
+from .server_support import reference_tokens, save_checkpoint, tiny_llama, train_tokenizer
+from .test_server import PROMPTS
+
+DRIVER = Path(__file__).with_name("ray_driver.py")
+MAX_TOKENS, CACHE_LEN = 16, 128
+
+
+def test_two_replicas_token_exact(tmp_path):
+    tokenizer = train_tokenizer()
+    model = tiny_llama(len(tokenizer), tokenizer.eos_token_id)
+    checkpoint = save_checkpoint(tmp_path / "tiny-llama", model, tokenizer)
+    job = {"checkpoint": str(checkpoint), "model": checkpoint.name, "prompts": PROMPTS, "max_tokens": MAX_TOKENS,
+           "max_cache_len": CACHE_LEN, "engine_dir": str(tmp_path / "engines")}
+    (tmp_path / "job.json").write_text(json.dumps(job))
+    result_path = tmp_path / "result.json"
+    inside = f"ip link set lo up && exec {sys.executable} {DRIVER} {tmp_path / 'job.json'} {result_path}"
+    subprocess.run(["unshare", "-n", "sh", "-c", inside], check=True, timeout=600, cwd=tmp_path)
+    result = json.loads(result_path.read_text())
+    assert "error" not in result, f"{result['error']}:\n{result['log']}"
+    expected = [decode(tokenizer, reference_tokens(model, tokenizer(p)["input_ids"], MAX_TOKENS)) for p in PROMPTS]
+    assert result["texts"] == expected
+    assert len(result["replicas"]) == 2, result["replicas"]
