@@ -14,6 +14,7 @@ started and stopped with the server.
 from __future__ import annotations
 
 import signal
+import sys
 import threading
 from contextlib import ExitStack
 
@@ -49,10 +50,24 @@ class EngineReplica:
         self._stack.close()
 
 
+def _start_ray(address: str | None, tries: int = 3) -> None:
+    """``ray.init``; starting a local instance is tried again, since Ray gives a new raylet a fixed 30 s to
+    register with its GCS, which a loaded machine can miss."""
+    for attempt in range(1, tries + 1):
+        try:
+            ray.init(address=address, include_dashboard=False, log_to_driver=False)
+            return
+        except Exception as error:  # noqa: BLE001  (Ray raises a bare Exception for the timeout)
+            ray.shutdown()
+            if address is not None or attempt == tries:
+                raise
+            print(f"Ray did not start ({error}); trying again", file=sys.stderr, flush=True)
+
+
 def serve_on_ray(served: Served, *, replicas: int, replica_cpus: float, host: str, port: int, max_queue: int,
                  chat_max_tokens: int, ray_address: str | None) -> None:
     """Start ``replicas`` EngineReplicas behind Ray Serve's proxy on ``host:port``; serve until SIGINT/SIGTERM."""
-    ray.init(address=ray_address, include_dashboard=False, log_to_driver=False)
+    _start_ray(ray_address)
     try:
         serve.start(http_options={"host": host, "port": port})
         deployment = EngineReplica.options(num_replicas=replicas, ray_actor_options={"num_cpus": replica_cpus})

@@ -233,3 +233,10 @@ class GreedyHFEngineDouble:
         with self._lock:
             self._active.remove(request)
         request._publish(finish_reason=reason)
+
+
+if __name__ == "__main__":  # README's checkpoint folder for tests/test_documented_commands.py: FOLDER
+    import sys
+
+    _tokenizer = train_tokenizer()
+    save_checkpoint(Path(sys.argv[1]), tiny_llama(len(_tokenizer), _tokenizer.eos_token_id), _tokenizer)
