@@ -27,12 +27,13 @@ from pathlib import Path
 NAMESPACE = "torch_stablehlo"
 DISTRIBUTION = "torch-stablehlo-exporter"
 # the repository's folders that install as torch_stablehlo.<folder>: none may be importable at the top level
-FOLDERS = ("exporter", "aten_lowerings", "quantize", "runtime", "stablehlo_ir", "golden", "tools")
+FOLDERS = ("exporter", "aten_lowerings", "quantize", "runtime", "stablehlo_ir", "golden", "tools", "serving")
 RANGED = ("torch", "jax", "jaxlib")  # dependencies that must be stated as ranges (code uses their internals)
 # import name -> the extra that installs it: a module of the package needing one of these may fail to import
 # in the core install (``smoke``), and only with that import's ModuleNotFoundError
 OPTIONAL = {"transformers": "golden", "tensorflow": "serving", "torchao": "quant", "model_explorer": "explore",
-            "iree": "dev"}
+            "iree": "dev", "anyio": "serve", "fastapi": "serve", "starlette": "serve", "pydantic": "serve",
+            "uvicorn": "serve", "prometheus_client": "serve", "ray": "serve"}
 REPO = Path(__file__).resolve().parent.parent
 
 

@@ -2,13 +2,16 @@
 concurrent requests token-exact (the tokenizer's decoding of HF ``generate``'s greedy tokens), and both
 replicas serve. Ray binds the machine's interface address whatever it is asked, so the whole exchange runs in
 a network namespace this test makes (``unshare -n``, then ``ip link set lo up``): the server and its client
-(tests/serving/ray_driver.py) see only loopback."""
+(tests/serving/ray_driver.py) see only loopback. Starting Ray and two replicas takes minutes on 2 cores, past
+``make test``'s budget: ``make test-full`` (``--full-sweep``) runs it."""
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from torch_stablehlo.serving.text import decode
 
@@ -19,6 +22,7 @@ DRIVER = Path(__file__).with_name("ray_driver.py")
 MAX_TOKENS, CACHE_LEN = 16, 128
 
 
+@pytest.mark.full_sweep_only
 def test_two_replicas_token_exact(tmp_path):
     tokenizer = train_tokenizer()
     model = tiny_llama(len(tokenizer), tokenizer.eos_token_id)
