@@ -265,7 +265,8 @@ class OpenAIServer:
         prompt = body.prompt[0] if isinstance(body.prompt, list) and len(body.prompt) == 1 \
             and not isinstance(body.prompt[0], int) else body.prompt
         ids = list(prompt) if isinstance(prompt, list) else self.tokenizer(prompt)["input_ids"]
-        return await self._answer(Reply.new(False, self.model_name), body, ids, body.max_tokens, request, "prompt")
+        max_tokens = DEFAULT_COMPLETION_TOKENS if body.max_tokens is None else body.max_tokens
+        return await self._answer(Reply.new(False, self.model_name), body, ids, max_tokens, request, "prompt")
 
     async def chat_completions(self, body: ChatRequest, request: Request) -> Response:
         self._accept(body)

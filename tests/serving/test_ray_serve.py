@@ -18,7 +18,7 @@ from torch_stablehlo.serving.text import decode
 from .server_support import reference_tokens, save_checkpoint, tiny_llama, train_tokenizer
 from .test_server import PROMPTS
 
-DRIVER = Path(__file__).with_name("ray_driver.py")
+ROOT = Path(__file__).resolve().parents[2]
 MAX_TOKENS, CACHE_LEN = 16, 128
 
 
@@ -31,10 +31,11 @@ def test_two_replicas_token_exact(tmp_path):
            "max_cache_len": CACHE_LEN, "engine_dir": str(tmp_path / "engines")}
     (tmp_path / "job.json").write_text(json.dumps(job))
     result_path = tmp_path / "result.json"
-    inside = f"ip link set lo up && exec {sys.executable} {DRIVER} {tmp_path / 'job.json'} {result_path}"
-    subprocess.run(["unshare", "-n", "sh", "-c", inside], check=True, timeout=600, cwd=tmp_path)
+    inside = (f"ip link set lo up && exec {sys.executable} -m tests.serving.ray_driver {tmp_path / 'job.json'} "
+              f"{result_path}")
+    subprocess.run(["unshare", "-n", "sh", "-c", inside], check=True, timeout=600, cwd=ROOT)
     result = json.loads(result_path.read_text())
-    assert "error" not in result, f"{result['error']}:\n{result['log']}"
+    assert "error" not in result, result["error"]
     expected = [decode(tokenizer, reference_tokens(model, tokenizer(p)["input_ids"], MAX_TOKENS)) for p in PROMPTS]
     assert result["texts"] == expected
     assert len(result["replicas"]) == 2, result["replicas"]

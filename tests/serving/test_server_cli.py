@@ -7,13 +7,6 @@ from __future__ import annotations
 import http.client
 import json
 import os
-import queue
-import re
-import signal
-import subprocess
-import sys
-import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import urlparse
 
@@ -23,6 +16,7 @@ import pytest
 from torch_stablehlo.serving import launch
 from torch_stablehlo.serving.text import decode
 
+from .serve_process import serve_process
 from .server_support import reference_tokens, save_checkpoint, tiny_llama, train_tokenizer
 from .test_server import PROMPTS, _samples, raw, wait_until
 
@@ -40,42 +34,12 @@ def checkpoint(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def server(checkpoint, tmp_path_factory):
-    folder = checkpoint[0]
     engines = tmp_path_factory.mktemp("engines")
     env = {**os.environ, "TORCH_STABLEHLO_ENGINE_DIR": str(engines)}
-    process = subprocess.Popen([sys.executable, "-m", "torch_stablehlo", "serve", str(folder), "--slots", "8",
-                                "--max-cache-len", str(CACHE_LEN), "--host", "127.0.0.1", "--port", "0"],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    lines: queue.Queue = queue.Queue()
-    threading.Thread(target=lambda: [lines.put(line) for line in process.stdout], daemon=True).start()
-    errors: list[str] = []
-    threading.Thread(target=lambda: errors.extend(process.stderr), daemon=True).start()
-    try:
-        url = _wait_for_url(process, lines, errors)
+    arguments = [str(checkpoint[0]), "--slots", "8", "--max-cache-len", str(CACHE_LEN), "--host", "127.0.0.1",
+                 "--port", "0"]
+    with serve_process(arguments, env, STARTUP_SECONDS) as url:
         yield url, engines
-    finally:
-        process.send_signal(signal.SIGINT)
-        try:
-            process.wait(30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-
-
-def _wait_for_url(process, lines: queue.Queue, errors: list[str]) -> str:
-    deadline = time.monotonic() + STARTUP_SECONDS
-    while time.monotonic() < deadline:
-        try:
-            line = lines.get(timeout=1)
-        except queue.Empty:
-            if process.poll() is not None:
-                time.sleep(0.5)
-                pytest.fail(f"serve exited with {process.returncode}:\n{''.join(errors)[-4000:]}")
-            continue
-        found = re.search(r"on (http://127\.0\.0\.1:\d+)", line)
-        if found:
-            return found[1]
-    pytest.fail(f"serve did not start within {STARTUP_SECONDS} s:\n{''.join(errors)[-4000:]}")
 
 
 @pytest.fixture(scope="module")
