@@ -7,8 +7,9 @@ serving process, which tells Ray Serve's replicas apart.
 
 The engine is injected (``build_app(engine, tokenizer, model_name)``): anything with the Engine's ``submit``
 and its ``slots``, ``slots_busy``, ``queue_depth`` and ``max_prompt_len`` attributes serves. Text is the
-tokenizer's decoding of the generated tokens (``text.decode``); streamed pieces (``text.IncrementalText``) add
-up to exactly that text. Every error is an OpenAI-style body ``{"error": {"message", "type", "param",
+tokenizer's decoding of the generated tokens, cut before the first of the request's ``stop`` strings (which
+ends the request); streamed or not, it is made by the same ``text.StoppingText``, so streamed pieces add up to
+exactly the non-streamed text. Every error is an OpenAI-style body ``{"error": {"message", "type", "param",
 "code"}}``: 400 for a malformed or invalid request (and what the engine refuses), 404 for an unknown model or
 route, 429 when the engine's queue is full, 500 for a failure inside (logged; the server keeps serving). A
 client that goes away, streamed or not, has its request cancelled, which frees its slot.
@@ -34,7 +35,7 @@ from starlette.exceptions import HTTPException
 from torch_stablehlo.serving import QueueFull, RequestError
 
 from .metrics import ServerMetrics
-from .text import IncrementalText, decode
+from .text import StoppingText
 
 log = logging.getLogger(__name__)
 COMPLETIONS, CHAT = "/v1/completions", "/v1/chat/completions"
@@ -102,14 +103,15 @@ class GenerationRequest(BaseModel):
         refused = []
         if self.n != 1:
             refused.append(("n", "this server makes one choice per request (n=1)"))
-        if self.stop:
-            refused.append(("stop", "stop sequences are not supported: generation ends at eos or max_tokens"))
         for name in ("presence_penalty", "frequency_penalty"):
             if getattr(self, name):
                 refused.append((name, f"{name} is not supported"))
         if self.logit_bias:
             refused.append(("logit_bias", "logit_bias is not supported"))
         return refused
+
+    def stop_strings(self) -> list[str]:
+        return [self.stop] if isinstance(self.stop, str) else list(self.stop or ())
 
     def sampling(self) -> dict[str, Any]:
         """``Engine.submit``'s sampling arguments: None leaves the model's generation_config to decide;
@@ -319,44 +321,22 @@ class OpenAIServer:
                       request: Request, param: str) -> Response:
         arrived = time.perf_counter()
         handle = self._submit(ids, max_tokens, body, param)
-        endpoint = request.url.path
+        generation = Generation(self, handle, arrived, request.url.path, body.stop_strings())
         if body.stream:
             usage = body.stream_options is not None and body.stream_options.include_usage
-            return EventStream(self._events(reply, handle, len(ids), arrived, endpoint, usage))
-        tokens = await self._collect(handle, arrived, endpoint, request)
-        if tokens is None:  # the client went away: nobody reads this
+            return EventStream(self._events(reply, generation, len(ids), usage))
+        text = await self._collect(generation, request)
+        if text is None:  # the client went away: nobody reads this
             return Response(status_code=499)
-        return JSONResponse(reply.whole(decode(self.tokenizer, tokens), handle.finish_reason,
-                                        _usage(len(ids), len(tokens))))
+        return JSONResponse(reply.whole(text, generation.finish_reason, _usage(len(ids), generation.tokens)))
 
-    async def _tokens(self, handle, arrived: float, endpoint: str) -> AsyncIterator[int]:
-        """The request's tokens, timed into the metrics; cancels the request if abandoned before its end."""
-        last = None
-        try:
-            async for token in handle:
-                now = time.perf_counter()
-                (self.metrics.time_to_first_token.observe(now - arrived) if last is None
-                 else self.metrics.inter_token_latency.observe(now - last))
-                last = now
-                self.metrics.generation_tokens.inc()
-                yield token
-        except (GeneratorExit, asyncio.CancelledError):  # its reader went away
-            handle.cancel()
-            self.metrics.count(endpoint, "cancelled")
-            raise
-        except Exception:
-            handle.cancel()
-            raise
-        self.metrics.request_duration.observe(time.perf_counter() - arrived)
-        self.metrics.count(endpoint, handle.finish_reason)
-
-    async def _collect(self, handle, arrived: float, endpoint: str, request: Request) -> list[int] | None:
-        """All the tokens, or None if the client went away first (the request is then cancelled)."""
-        tokens: list[int] = []
+    async def _collect(self, generation: Generation, request: Request) -> str | None:
+        """The whole text, or None if the client went away first (the request is then cancelled)."""
+        pieces: list[str] = []
 
         async def consume():
-            async for token in self._tokens(handle, arrived, endpoint):
-                tokens.append(token)
+            async for piece in generation.pieces():
+                pieces.append(piece)
 
         consumer, watcher = asyncio.ensure_future(consume()), asyncio.ensure_future(_disconnected(request))
         try:
@@ -368,33 +348,69 @@ class OpenAIServer:
                 await asyncio.gather(consumer, return_exceptions=True)
                 return None
         consumer.result()
-        return tokens
+        return "".join(pieces)
 
-    async def _events(self, reply: Reply, handle, prompt_tokens: int, arrived: float, endpoint: str,
+    async def _events(self, reply: Reply, generation: Generation, prompt_tokens: int,
                       include_usage: bool) -> AsyncIterator[str]:
-        text, count = IncrementalText(self.tokenizer), 0
-        tokens = self._tokens(handle, arrived, endpoint)
+        pieces = generation.pieces()
         try:
             if reply.chat:
                 yield _event(reply.chunk(None))
-            async for token in tokens:
-                count += 1
-                piece = text.push(token)
-                if piece:
-                    yield _event(reply.chunk(piece))
-            rest = text.finish()
-            if rest:
-                yield _event(reply.chunk(rest))
-            yield _event(reply.chunk("", handle.finish_reason))
+            async for piece in pieces:
+                yield _event(reply.chunk(piece))
+            yield _event(reply.chunk("", generation.finish_reason))
             if include_usage:
-                yield _event(reply.usage_chunk(_usage(prompt_tokens, count)))
+                yield _event(reply.usage_chunk(_usage(prompt_tokens, generation.tokens)))
         except Exception as error:  # noqa: BLE001  (the stream is open: the error becomes its last event)
             log.exception("a streamed request failed")
-            self.metrics.count(endpoint, "error")
+            self.metrics.count(generation.endpoint, "error")
             yield _event(APIError(500, f"generation failed: {error}", kind="server_error").body())
         finally:
-            await tokens.aclose()
+            await pieces.aclose()
         yield _event("[DONE]")
+
+
+class Generation:
+    """An accepted request on its way out: its tokens, timed into the metrics, become settled pieces of text
+    (``text.StoppingText``), cut at the first stop string, which ends the request (``finish_reason`` 'stop').
+    A reader that goes away before the end cancels the request, freeing its slot."""
+
+    def __init__(self, server: OpenAIServer, handle, arrived: float, endpoint: str, stop: list[str]):
+        self.handle, self.arrived, self.endpoint = handle, arrived, endpoint
+        self._metrics, self._text = server.metrics, StoppingText(server.tokenizer, stop)
+        self.tokens = 0
+        self.finish_reason: str | None = None
+
+    async def pieces(self) -> AsyncIterator[str]:
+        metrics, last = self._metrics, None
+        try:
+            async for token in self.handle:
+                now = time.perf_counter()
+                (metrics.time_to_first_token.observe(now - self.arrived) if last is None
+                 else metrics.inter_token_latency.observe(now - last))
+                last = now
+                metrics.generation_tokens.inc()
+                self.tokens += 1
+                piece = self._text.push(token)
+                if piece:
+                    yield piece
+                if self._text.stopped:
+                    break
+        except (GeneratorExit, asyncio.CancelledError):  # its reader went away
+            self.handle.cancel()
+            metrics.count(self.endpoint, "cancelled")
+            raise
+        except Exception:
+            self.handle.cancel()
+            raise
+        if self._text.stopped:
+            self.handle.cancel()
+        rest = self._text.finish()
+        self.finish_reason = "stop" if self._text.stopped else self.handle.finish_reason
+        metrics.request_duration.observe(time.perf_counter() - self.arrived)
+        metrics.count(self.endpoint, self.finish_reason)
+        if rest:
+            yield rest
 
 
 def build_app(engine, tokenizer, model_name: str, *, chat_max_tokens: int = 256) -> FastAPI:

@@ -6,6 +6,7 @@ before it, and a piece is released only while the text so far extends what was a
 end in U+FFFD (an incomplete character); anything else is held back until it settles or the request ends,
 when the rest of the full decoding is released. Decoding is ``skip_special_tokens=True`` (no eos in the text)
 and ``clean_up_tokenization_spaces=False`` (that clean-up rewrites text behind the last token).
+``StoppingText`` cuts that text at the first of a request's stop strings, holding back what could begin one.
 """
 from __future__ import annotations
 
@@ -48,4 +49,44 @@ class IncrementalText:
 
     def _release(self, text: str) -> str:
         piece, self.released = text[len(self.released):], text
+        return piece
+
+
+class StoppingText:
+    """``IncrementalText`` cut at the first of some stop strings (OpenAI's ``stop``): the stop string and what
+    follows are never released; ``stopped`` turns True when one appears (the request should end there). Text
+    that could be the start of a stop string is held back until it is not, or the request ends."""
+
+    def __init__(self, tokenizer: Decoder, stop: Sequence[str] = ()):
+        self._text = IncrementalText(tokenizer)
+        self._stop = [string for string in stop if string]
+        self._released, self._pending = "", ""
+        self.stopped = False
+
+    def push(self, token: int) -> str:
+        if self.stopped:
+            return ""
+        self._pending += self._text.push(token)
+        return self._release(final=False)
+
+    def finish(self) -> str:
+        if not self.stopped:
+            self._pending += self._text.finish()
+        return self._release(final=True)
+
+    def _release(self, final: bool) -> str:
+        if self.stopped:
+            return ""
+        text = self._released + self._pending
+        # no stop string starts inside released text: a possible start is always held back
+        found = [at for string in self._stop if (at := text.find(string, len(self._released))) >= 0]
+        if found:
+            self.stopped = True
+            end = min(found)
+        else:
+            held = 0 if final else max((k for string in self._stop for k in range(1, len(string))
+                                        if text.endswith(string[:k])), default=0)
+            end = len(text) - min(held, len(self._pending))
+        piece = text[len(self._released):end]
+        self._released, self._pending = text[:end], text[end:]
         return piece

@@ -19,7 +19,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from torch_stablehlo.serving.openai_api import build_app
-from torch_stablehlo.serving.text import IncrementalText, decode
+from torch_stablehlo.serving.text import IncrementalText, StoppingText, decode
 
 from .server_support import GreedyHFEngineDouble, reference_tokens, running, tiny_llama, train_tokenizer
 
@@ -90,6 +90,44 @@ def test_pieces_add_up_to_the_decoding(tokenizer):
     assert held_back > 0  # the sequences did split characters
 
 
+def test_stop_strings_cut_the_text(tokenizer):
+    """Tokens one by one through StoppingText: the text up to the first stop string, whichever tokens split it;
+    text that could begin a stop string is held back, and released at the end when none followed."""
+    rng = random.Random(1)
+    for _ in range(40):
+        tokens = [rng.randrange(len(tokenizer)) for _ in range(rng.randrange(4, 30))]
+        whole = decode(tokenizer, tokens)
+        cut = rng.randrange(len(whole))
+        stop = [whole[cut:cut + rng.randrange(1, 4)], "never appears"]
+        text = StoppingText(tokenizer, stop)
+        pieces = []
+        for token in tokens:
+            pieces.append(text.push(token))
+            if text.stopped:
+                break
+        pieces.append(text.finish())
+        assert text.stopped
+        assert "".join(pieces) == whole[:min(whole.find(s) for s in stop if s in whole)]
+    held = StoppingText(tokenizer, ["fox jumps"])
+    ids = tokenizer("The quick brown fox")["input_ids"]
+    assert "".join(held.push(token) for token in ids) == "The quick brown "
+    assert held.finish() == "fox" and not held.stopped
+
+
+def test_stop_ends_the_request(client, served, model, tokenizer):
+    ids = tokenizer(PROMPTS[0])["input_ids"]
+    whole = expected_text(model, tokenizer, ids, 30)
+    stop = whole[8:11]
+    result = client.completions.create(model=MODEL, prompt=PROMPTS[0], max_tokens=30, stop=stop)
+    assert result.choices[0].text == whole[:whole.index(stop)] and result.choices[0].finish_reason == "stop"
+    assert result.usage.completion_tokens < 30
+    stream = client.completions.create(model=MODEL, prompt=PROMPTS[0], max_tokens=30, stop=[stop], stream=True)
+    chunks = list(stream)
+    assert "".join(chunk.choices[0].text for chunk in chunks) == result.choices[0].text
+    assert chunks[-1].choices[0].finish_reason == "stop"
+    assert wait_until(lambda: served[0].slots_busy == 0)
+
+
 def test_completion_equals_generate(client, model, tokenizer):
     ids = tokenizer(PROMPTS[0])["input_ids"]
     result = client.completions.create(model=MODEL, prompt=PROMPTS[0], max_tokens=12)
@@ -150,7 +188,7 @@ def test_chat_uses_the_chat_template(client, model, tokenizer):
     ({"prompt": ""}, 400, "prompt"),
     ({"temperature": -1}, 400, "temperature"),
     ({"n": 2}, 400, "n"),
-    ({"stop": ["\n"]}, 400, "stop"),
+    ({"logit_bias": {"5": 1.0}}, 400, "logit_bias"),
 ])
 def test_bad_requests_get_openai_errors(client, served, arguments, status, param):
     request = {"model": MODEL, "prompt": "The quick", "max_tokens": 4, **arguments}
