@@ -35,7 +35,8 @@ RANGED = ("torch", "jax", "jaxlib")  # dependencies that must be stated as range
 # import name -> the extra that installs it: a module of the package needing one of these may fail to import
 # in the core install (``smoke``), and only with that import's ModuleNotFoundError
 OPTIONAL = {"transformers": "golden", "tensorflow": "serving", "torchao": "quant", "model_explorer": "explore",
-            "iree": "dev"}
+            "iree": "dev", "anyio": "serve", "fastapi": "serve", "starlette": "serve", "pydantic": "serve",
+            "uvicorn": "serve", "prometheus_client": "serve", "ray": "serve"}
 
 
 class CheckFailed(SystemExit):

@@ -3,7 +3,8 @@ module fixtures, such as exported golden models, are built once), except the OpI
 of independent tests spread over every worker, and the documented commands (each its own subprocess).
 
 ``--full-sweep`` (or ``TORCH_STABLEHLO_FULL_SWEEP=1``) makes ``tests/tools/test_opinfo_sweep.py`` check every
-OpInfo entry instead of its fixed sample (see that module). ``--documented-commands`` (or
+OpInfo entry instead of its fixed sample (see that module), and runs the tests marked ``full_sweep_only`` (too slow
+for ``make test``'s budget: Ray Serve replicas), which ``make test`` deselects. ``--documented-commands`` (or
 ``TORCH_STABLEHLO_DOCUMENTED_COMMANDS``) picks which of README's and the Makefile's commands
 ``tests/test_documented_commands.py`` runs: ``fast`` (the default, in ``make test``), ``slow`` (the ones that take a
 minute or more; ``.ci/run``) or ``all`` (``make check-commands``). At the end of a session the time spent per test
@@ -48,10 +49,16 @@ def _seeded():
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "xdist_group(name): tests that pytest-xdist keeps on one worker")
+    config.addinivalue_line("markers", "full_sweep_only: run only with --full-sweep (make test-full)")
 
 
 @pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(items):
+def pytest_collection_modifyitems(config, items):
+    if not full_sweep(config):
+        slow = [item for item in items if item.get_closest_marker("full_sweep_only")]
+        if slow:
+            config.hook.pytest_deselected(items=slow)
+            items[:] = [item for item in items if not item.get_closest_marker("full_sweep_only")]
     for item in items:
         if item.path.name not in SPREAD:
             item.add_marker(pytest.mark.xdist_group(item.module.__name__))

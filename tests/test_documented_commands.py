@@ -92,6 +92,7 @@ class Run:
     why: str = ""
     server: bool = False  # runs until stopped: started, checked to answer HTTP, stopped
     needs: list[str] = field(default_factory=list)  # paths in the folder an earlier README command writes
+    probe: str = "/"  # what a server must answer with 200
 
 
 # python -m torch_stablehlo.<module> (keyed by the module's last name, so a move between packages keeps it):
@@ -189,7 +190,7 @@ def cli(command: str, args: list[str]) -> Run:
     if not args:
         return Run(command, [CLI, "--help"], why="no command given: the help")
     subcommand = args[0]
-    if len(args) == 1 and subcommand in ("export", "run", "verify", "inspect", "explore", "iree"):
+    if len(args) == 1 and subcommand in ("export", "run", "verify", "inspect", "explore", "iree", "serve"):
         return Run(command, [CLI, subcommand, "--help"], why="named in the text without its arguments: its help")
     reads = {"run": [args[1:2], args[args.index("--inputs") + 1:][:1] if "--inputs" in args else []],
              "verify": [args[1:2]], "inspect": [args[1:2]], "iree": [args[1:2]],
@@ -204,6 +205,14 @@ def cli(command: str, args: list[str]) -> Run:
     if subcommand == "explore" and "--out" not in args:
         return Run(command, [CLI, *args, "--port", "PORT"], slow=True, server=True, needs=needs,
                    why="a free port; the server is stopped once it answers")
+    if subcommand == "serve" and "--ray" in args:
+        return Run(command, None, why="Ray binds the machine's interface address: tests/serving/test_ray_serve.py "
+                                      "runs this inside a network namespace of its own")
+    if subcommand == "serve":
+        port = args.index("--port") + 1
+        return Run(command, [CLI, *args[:port], "PORT", *args[port + 1:], "--cache-dir", "engines"], slow=True,
+                   server=True, needs=[args[1]], probe="/health",
+                   why="a free port, the engine cache in this folder; stopped once /health answers")
     return Run(command, [CLI, *args], needs=needs)
 
 
@@ -242,6 +251,7 @@ WRITERS = {  # a path a command reads -> the README command that writes it (run 
 MADE_HERE = {  # paths README's commands read that no README command writes: made here, as a user would
     "out/gpt2": [CLI, "export", "mypkg.models:gpt2", "--bundle", "out/gpt2", "--dynamic", "input_ids:0=batch[1,8]",
                  "--dynamic", "input_ids:1=seq[2,32]"],
+    "out/llama-checkpoint": [PYTHON, str(ROOT / "tests" / "serving" / "server_support.py"), "out/llama-checkpoint"],
 }
 
 
@@ -289,16 +299,16 @@ def serve(run: Run, folder: Path) -> str:
     with log.open("w") as output:
         process = subprocess.Popen(argv, cwd=folder, env=ENV, stdout=output, stderr=subprocess.STDOUT)
     try:
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + 300
         while time.monotonic() < deadline:
             assert process.poll() is None, f"`{run.documented}` exited {process.returncode}:\n{log.read_text()}"
             try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=5) as response:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}{run.probe}", timeout=5) as response:
                     assert response.status == 200
                     return ""
             except OSError:
                 time.sleep(1)
-        raise AssertionError(f"`{run.documented}`: nothing answered on 127.0.0.1:{port} in 120 s")
+        raise AssertionError(f"`{run.documented}`: nothing answered on 127.0.0.1:{port} in 300 s")
     finally:
         process.terminate()
         try:
@@ -522,6 +532,45 @@ PYTHON_BLOCKS = {
         x = torch.randn(4, 8)
     """, """
         assert report is None
+    """),
+    "art = exporter.export_engine(model, slots=8": ("""
+        import torch
+        from transformers import LlamaConfig, LlamaForCausalLM
+
+        torch.manual_seed(0)
+        model = LlamaForCausalLM(LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                             num_attention_heads=4, num_key_value_heads=2, vocab_size=64)).eval()
+        prompt_ids = [5, 9, 11, 3]
+    """, """
+        expected = model.generate(torch.tensor([prompt_ids]), max_new_tokens=16, do_sample=False)[0, 4:].tolist()
+        assert tokens == expected and request.finish_reason in ("stop", "length"), (tokens, expected)
+    """),
+    'client = OpenAI(base_url="http://127.0.0.1:8000/v1"': (f"""
+        import sys
+        sys.path.insert(0, {str(ROOT)!r})
+        import openai
+        from tests.serving.server_support import (GreedyHFEngineDouble, reference_tokens, running, tiny_llama,
+                                                  train_tokenizer)
+        from torch_stablehlo.serving.openai_api import build_app
+
+        # the app over a test double of the Engine (HF greedy decoding: the client call is what the block shows)
+        tokenizer = train_tokenizer()
+        model = tiny_llama(len(tokenizer), tokenizer.eos_token_id)
+        engine = GreedyHFEngineDouble(model).__enter__()
+        server = running(build_app(engine, tokenizer, "llama-checkpoint"))
+        url = server.__enter__()
+
+        class HereOpenAI(openai.OpenAI):  # the block names port 8000; the server here took a free one
+            def __init__(self, *, base_url, **options):
+                super().__init__(base_url=base_url.replace("http://127.0.0.1:8000", url), **options)
+
+        openai.OpenAI = HereOpenAI
+    """, """
+        from torch_stablehlo.serving.text import decode
+        ids = tokenizer("The quick brown fox")["input_ids"]
+        assert completion.choices[0].text == decode(tokenizer, reference_tokens(model, ids, 16))
+        server.__exit__(None, None, None)
+        engine.__exit__(None, None, None)
     """),
 }
 

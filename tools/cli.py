@@ -1,4 +1,5 @@
-"""``torch-stablehlo`` (also ``python -m torch_stablehlo``): export, run, verify, inspect, coverage, explore, iree.
+"""``torch-stablehlo`` (also ``python -m torch_stablehlo``): export, run, verify, inspect, coverage, explore, iree,
+serve.
 
 Every command exits 0 when it succeeds. On failure it prints one line saying why on
 stderr and exits 1 (``--traceback`` prints the traceback too); usage errors exit 2.
@@ -183,6 +184,36 @@ def build_parser() -> argparse.ArgumentParser:
                       help="a size for every symbolic dim, named as in the signature, e.g. batch=4,seq=16")
     iree.add_argument("--target", default=TARGET, help=f"IREE target backend (default {TARGET}: the host CPU)")
     iree.set_defaults(run=_iree)
+
+    serve = commands.add_parser("serve", parents=[common], help="serve an LLM with an OpenAI-compatible API",
+                                description="Serve a transformers causal LM through the continuous-batching "
+                                            "Engine: POST /v1/completions and /v1/chat/completions (streamed "
+                                            "with stream: true), GET /v1/models, /health, /metrics. PATH is a "
+                                            "checkpoint folder (config.json, *.safetensors, tokenizer files; "
+                                            "exported on first use into a cached engine bundle) or an engine "
+                                            "bundle (then --tokenizer). Needs the 'serve' extra.")
+    serve.add_argument("path", type=Path, metavar="PATH", help="a transformers checkpoint folder or an engine bundle")
+    serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=8000, help="port to listen on; 0 picks a free one (default 8000)")
+    serve.add_argument("--tokenizer", type=Path, help="the tokenizer's folder (default: PATH, for a checkpoint)")
+    serve.add_argument("--model-name", help="the model's name in the API (default: PATH's folder name)")
+    serve.add_argument("--slots", type=int, help="requests decoded at once, for a checkpoint's export (default 8)")
+    serve.add_argument("--max-cache-len", type=int,
+                       help="tokens per slot (prompt and answer), for a checkpoint's export (default: the "
+                            "model's context, at most 2048)")
+    serve.add_argument("--cache-dir", type=Path,
+                       help="where exported engine bundles are cached (default: $TORCH_STABLEHLO_ENGINE_DIR or "
+                            "~/.cache/torch-stablehlo/engines)")
+    serve.add_argument("--max-queue", type=int, default=64,
+                       help="requests waiting for a slot before new ones get 429 (default 64)")
+    serve.add_argument("--chat-max-tokens", type=int, default=256,
+                       help="max_tokens of a chat request that names none (default 256)")
+    serve.add_argument("--ray", action="store_true", help="serve as Ray Serve replicas of the engine")
+    serve.add_argument("--replicas", type=int, default=1, help="with --ray: how many replicas (default 1)")
+    serve.add_argument("--replica-cpus", type=float, default=1.0, help="with --ray: CPUs Ray reserves per replica")
+    serve.add_argument("--ray-address", help="with --ray: a running Ray cluster to join ('auto', HOST:6379); "
+                                             "default: start a local one")
+    serve.set_defaults(run=_serve)
     return parser
 
 
@@ -325,6 +356,34 @@ def _iree(options) -> int:
         vmfb = compile_for_iree(artifact, options.sizes, target=options.target)
     options.out.write_bytes(vmfb)
     print(f"wrote {options.out} ({human_size(len(vmfb))}); @main takes the weights first, then the inputs")
+    return 0
+
+
+def _serve(options) -> int:
+    try:  # optional dependencies (the 'serve' extra), imported by the one command that serves
+        from torch_stablehlo.serving import launch
+    except ImportError as error:
+        raise ImportError(f"serve needs the serving stack: pip install 'torch-stablehlo-exporter[serve]' "
+                          f"({error})") from error
+    for name in ("slots", "max_cache_len", "max_queue", "chat_max_tokens", "replicas"):
+        if getattr(options, name) is not None and getattr(options, name) < 1:
+            raise ValueError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(options, name)}")
+    if not options.ray and (options.replicas != 1 or options.ray_address):
+        raise ValueError("--replicas and --ray-address go with --ray")
+    served = launch.prepare(options.path, tokenizer=options.tokenizer, model_name=options.model_name,
+                            slots=options.slots, max_cache_len=options.max_cache_len, cache_folder=options.cache_dir)
+    settings = dict(host=options.host, port=options.port, max_queue=options.max_queue,
+                    chat_max_tokens=options.chat_max_tokens)
+    if options.ray:
+        try:
+            from torch_stablehlo.serving import ray_serve
+        except ImportError as error:
+            raise ImportError(f"serve --ray needs Ray Serve: pip install 'torch-stablehlo-exporter[serve]' "
+                              f"({error})") from error
+        ray_serve.serve_on_ray(served, replicas=options.replicas, replica_cpus=options.replica_cpus,
+                               ray_address=options.ray_address, **settings)
+    else:
+        launch.serve_local(served, **settings)
     return 0
 
 

@@ -16,7 +16,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("quantize", "stablehlo_ir"),
     ("aten_lowerings", "runtime"),
     ("exporter",),
-    ("golden",),
+    ("golden", "serving"),
     ("tools", "bench"),
 )
 
