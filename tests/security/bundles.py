@@ -14,6 +14,7 @@ import torch
 from torch.export import Dim
 
 from torch_stablehlo.exporter import export_to_stablehlo
+from torch_stablehlo.exporter.formats.manifest_schema import plain_file_name
 
 MANIFEST = "manifest.json"
 _RECORDERS: list[list[str]] = []
@@ -51,8 +52,11 @@ def rewrite_file(path: Path, name: str, data: bytes) -> None:
 
 
 def _record_opens(event: str, args: tuple) -> None:
+    """A relative path is kept as it is: the loader opens a bundle's files by their plain names relative to the
+    folder's descriptor (which the audit event does not give); ``outside`` judges it by its name."""
     if event == "open" and _RECORDERS and isinstance(args[0], (str, bytes, os.PathLike)):
-        _RECORDERS[-1].append(os.path.realpath(os.fsdecode(args[0])))
+        path = os.fsdecode(args[0])
+        _RECORDERS[-1].append(path if not os.path.isabs(path) else os.path.realpath(path))
 
 
 sys.addaudithook(_record_opens)
@@ -70,8 +74,10 @@ def opened_files():
 
 
 def outside(opened: list[str], folder: Path) -> list[str]:
-    """The opened paths that are not inside ``folder`` (nor Python's own modules and libraries)."""
+    """The opened paths that are not inside ``folder`` (nor Python's own modules and libraries). A relative path
+    counts as inside only where it is a plain name (opened relative to the folder's descriptor): ``../x`` or
+    ``a/b`` is outside."""
     root = os.path.realpath(folder) + os.sep
     ignored = tuple(os.path.realpath(p) + os.sep for p in {sys.prefix, sys.base_prefix, sys.exec_prefix})
-    return [p for p in opened if not p.startswith(root) and not p.startswith(ignored)
-            and not p.startswith(("/proc/", "/sys/", "/dev/"))]
+    return [p for p in opened if not (plain_file_name(p) or (p + os.sep).startswith(root) or p.startswith(ignored)
+                                      or p.startswith(("/proc/", "/sys/", "/dev/")))]

@@ -25,7 +25,7 @@ torch.manual_seed(0)
 model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.LayerNorm(16), torch.nn.Linear(16, 4))
 path = export_to_stablehlo(model.eval(), (torch.randn(2, 8),)).save(sys.argv[1])
 data = (path / "module.mlirbc").read_bytes()
-start = next(s for s in range(137, len(data)) if "crashed" in (read_in_child(data[:s] + data[s + 9:]) or ""))
+start = next(s for s in range(137, len(data)) if "crashed" in (read_in_child(data[:s] + data[s + 9:], 2 ** 30, 60) or ""))
 rewrite_file(path, "module.mlirbc", data[:start] + data[start + 9:])  # 9 bytes deleted; size and sha256 updated
 try:
     load_artifact(path)
@@ -47,7 +47,7 @@ def test_bytecode_that_crashes_the_reader_is_a_bundle_error_and_the_caller_survi
 
 
 def _no_child(monkeypatch):
-    def refuse(data):
+    def refuse(*args):
         raise AssertionError("the module was read in a child process")
     monkeypatch.setattr(bundle, "read_in_child", refuse)
 
@@ -65,7 +65,7 @@ def test_bytes_from_elsewhere_are_read_in_a_child_once_unless_trusted(small, tmp
     foreign = data + b""  # the same module, as if from elsewhere: forget this process wrote it
     monkeypatch.setattr(bundle, "_READABLE", set())
     calls = []
-    monkeypatch.setattr(bundle, "read_in_child", lambda d: calls.append(d) or None)
+    monkeypatch.setattr(bundle, "read_in_child", lambda d, *limits: calls.append(d) or None)
     load_artifact(path, trusted=True)
     assert calls == []
     load_artifact(path)
