@@ -51,6 +51,35 @@ def rewrite_file(path: Path, name: str, data: bytes) -> None:
         name, {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}))
 
 
+def _read_varint(data: bytes, position: int) -> tuple[int, int]:
+    """An MLIR bytecode varint at ``position`` (the first byte's trailing zeros count the bytes that follow): its
+    value and the position after it."""
+    if data[position] == 0:
+        return int.from_bytes(data[position + 1:position + 9], "little"), position + 9
+    length = (data[position] & -data[position]).bit_length()
+    return int.from_bytes(data[position:position + length], "little") >> length, position + length
+
+
+def _varint(value: int) -> bytes:
+    for length in range(1, 9):
+        if value < 1 << (7 * length):
+            return ((value << length) | (1 << (length - 1))).to_bytes(length, "little")
+    return b"\0" + value.to_bytes(8, "little")
+
+
+def with_string_count(data: bytes, count: int) -> bytes:
+    """MLIR bytecode whose string section claims ``count`` strings (its section length kept consistent): the
+    reader sizes its tables by that count before it finds the strings missing."""
+    position = data.index(b"\0", _read_varint(data, 4)[1]) + 1  # after the magic, the version and the producer
+    while True:
+        start, kind = position, data[position] & 0x7F
+        length, body = _read_varint(data, position + 1)
+        if kind == 0:  # the string section: its count first
+            rest = _varint(count) + data[_read_varint(data, body)[1]:body + length]
+            return data[:start] + bytes([data[start]]) + _varint(len(rest)) + rest + data[body + length:]
+        position = body + length
+
+
 def _record_opens(event: str, args: tuple) -> None:
     """A relative path is kept as it is: the loader opens a bundle's files by their plain names relative to the
     folder's descriptor (which the audit event does not give); ``outside`` judges it by its name."""

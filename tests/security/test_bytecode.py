@@ -1,6 +1,7 @@
 """No crash from bytes: a bundle's module is read first in a child process unless the caller vouches for it
 (``trusted=True``) or this process wrote or checked the same bytes; crafted bytes that crash jaxlib's reader
 are a BundleError, in the caller's process that survives. Crash-prone cases run in a subprocess of their own."""
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -10,8 +11,10 @@ import torch
 
 from torch_stablehlo.exporter import BundleError, load_artifact
 from torch_stablehlo.exporter.formats import bundle
+from torch_stablehlo.runtime import settings
+from torch_stablehlo.stablehlo_ir import bytecode_check
 
-from .bundles import rewrite_file
+from .bundles import rewrite_file, with_string_count
 
 ROOT = Path(__file__).parents[2]
 
@@ -77,4 +80,32 @@ def test_unreadable_bytes_are_a_bundle_error_with_the_readers_message(small, tmp
     path = small[1].save(tmp_path / "garbage")
     rewrite_file(path, "module.mlirbc", b"ML\xefR" + bytes(range(200)))
     with pytest.raises(BundleError, match="module.mlirbc is not a readable StableHLO portable artifact: .+"):
+        load_artifact(path)
+
+
+def test_bytecode_that_claims_a_huge_table_is_refused_within_the_childs_memory_limit(small, tmp_path):
+    """A module whose string table claims 2**27 entries took the child 2.2 GB before it was refused; under its
+    address-space limit the child fails at once, and its peak (measured by wait4) stays far below that."""
+    path = small[1].save(tmp_path / "huge")
+    crafted = with_string_count((path / "module.mlirbc").read_bytes(), 2 ** 27)
+    child = subprocess.Popen([sys.executable, "-I", "-m", bytecode_check.__name__, str(256 * 1024 ** 2)],
+                             stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    child.stdin.write(crafted)
+    child.stdin.close()
+    _, status, usage = os.wait4(child.pid, 0)
+    child.returncode = os.waitstatus_to_exitcode(status)
+    assert child.returncode != 0, child.stderr.read()[-2000:]
+    peak_mb = usage.ru_maxrss / 1024  # Linux: kilobytes
+    assert peak_mb < 700, f"the checking child peaked at {peak_mb:.0f} MB"
+    rewrite_file(path, "module.mlirbc", crafted)  # through load_artifact, with the default limit: a BundleError
+    with pytest.raises(BundleError, match=r"module\.mlirbc is not a readable StableHLO portable artifact: reading it "
+                                          r"needs more than the \d+ bytes of memory the check allows"):
+        load_artifact(path)
+
+
+def test_a_check_that_takes_too_long_is_a_bundle_error(small, tmp_path, monkeypatch):
+    path = small[1].save(tmp_path / "slow")
+    monkeypatch.setattr(bundle, "_READABLE", set())
+    monkeypatch.setenv(settings.CHECK_SECONDS.variable, "0.01")
+    with pytest.raises(BundleError, match=r"reading it took over 0\.01 s \(in a separate process\)"):
         load_artifact(path)
