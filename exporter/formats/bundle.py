@@ -9,8 +9,8 @@
                          (none for a weightless bundle: its manifest lists each weight's name, shape and
                          dtype with ``"file": null``; ``load_artifact(path, weights=...)`` attaches them)
 
-``save_bundle`` writes the folder atomically; ``load_bundle`` checks every file
-against the manifest before it uses any of them. A bundle over a device mesh records it and each tensor's
+``save_bundle`` writes the folder atomically; ``load_bundle`` reads one snapshot of it (``snapshot``: one version
+whole, even while a save replaces it) and checks every file against the manifest before it uses it. A bundle over a device mesh records it and each tensor's
 sharding in the signature (and the mesh at the manifest's top level); ``load_bundle(local_shards=True)`` reads
 no weight, but gives a reader per weight that reads only the slices asked for (a process's own shards).
 """
@@ -45,7 +45,8 @@ from ..terminal import progress
 from ..conversion.signature import Signature
 from ..conversion.trees import TreeSpecError
 from .manifest_schema import bounded_int, check_manifest, check_slots, described
-from .snapshot import FolderSnapshot, check_stream, checked_bytes, handle_path
+from .snapshot import FolderSnapshot, check_stream, checked_bytes, checked_mapping, handle_path
+from .stored_tensors import stored_tensors
 from .versions import DEFAULT_TARGET, check_readable, producer_versions, resolve_target_version
 from .weights import alias_map, has_data, nbytes, placeholder
 
@@ -323,7 +324,7 @@ def checked_file(path: Path, manifest: dict, name: str) -> Path:
     return path / name
 
 
-def _read_module(data: bytes, file: Path, trusted: bool = False) -> tuple[str, tuple[list, list]]:
+def _read_module(data: bytearray, file: Path, trusted: bool = False) -> tuple[str, tuple[list, list]]:
     """The module's text, and the type (``_TensorType``) of each of ``@main``'s arguments and results. Unless
     ``trusted`` or this process wrote or checked the same bytes before, they are first read in a child process
     (``stablehlo_ir.bytecode_check``), so that crafted bytes cannot crash this one; the bytes parsed here are
@@ -336,7 +337,7 @@ def _read_module(data: bytes, file: Path, trusted: bool = False) -> tuple[str, t
         _READABLE.add(digest)
     with make_context() as context:
         try:
-            module = stablehlo.deserialize_portable_artifact(context, data)
+            module = stablehlo.deserialize_portable_artifact(context, bytes(data))
         except Exception as error:  # noqa: BLE001  (MLIR raises plain errors; say which file)
             raise BundleError(f"{file} is not a readable StableHLO portable artifact: {error}") from None
         try:
@@ -397,17 +398,12 @@ def _weight_files(manifest: dict) -> set[str]:
 
 def _read_weights(path: Path, manifest: dict, handles: dict) -> dict[str, torch.Tensor]:
     """Every weight, read from its shard (``handles``: the open files; each read once, its checksum checked on the
-    bytes parsed); a weight stored nowhere (a weightless bundle) is a meta tensor of its shape and dtype, to be
+    mapping the weights are views of); a weight stored nowhere (a weightless bundle) is a meta tensor of its shape and dtype, to be
     attached."""
     weights: dict[str, torch.Tensor] = {}
     for name in sorted(_weight_files(manifest)):
         file = path / name
-        data = checked_bytes(handles[name], file, manifest["files"][name])
-        try:
-            stored = safetensors.torch.load(data)
-        except Exception as error:  # noqa: BLE001  (safetensors raises plain errors on hostile bytes; say which file)
-            raise BundleError(f"{file} is not a readable safetensors file: {error}") from None
-        del data  # the tensors hold copies: only one shard's bytes are in memory twice at a time
+        stored = stored_tensors(checked_mapping(handles[name], file, manifest["files"][name]), file)
         expected = {weight: record for weight, record in manifest["weights"].items() if record["file"] == name}
         for weight, tensor in stored.items():
             record = expected.get(weight)

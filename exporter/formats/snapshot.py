@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import mmap
 import os
 import stat
 from pathlib import Path
@@ -68,7 +69,7 @@ class FolderSnapshot:
                               "inside its folder")
         return os.fdopen(descriptor, "rb", buffering=0)
 
-    def read(self, name: str, max_bytes: int, setting: str) -> bytes:
+    def read(self, name: str, max_bytes: int, setting: str) -> bytearray:
         """The whole file ``name``, refused unread when it is over ``max_bytes`` (``setting`` raises the bound)."""
         with self.open(name) as handle:
             size = os.fstat(handle.fileno()).st_size
@@ -78,10 +79,21 @@ class FolderSnapshot:
             return _read_exactly(handle, size, self.path / name)
 
 
-def checked_bytes(handle, file: Path, record: dict) -> bytes:
+def checked_bytes(handle, file: Path, record: dict) -> bytearray:
     """The bytes of the open ``file``, read once, once their size and sha256 are the manifest's ``record``."""
     _check_size(file, os.fstat(handle.fileno()).st_size, record)
     data = _read_exactly(handle, record["bytes"], file)
+    if hashlib.sha256(data).hexdigest() != record["sha256"]:
+        raise BundleError(f"{file} is corrupt: its sha256 differs from the manifest's")
+    return data
+
+
+def checked_mapping(handle, file: Path, record: dict):
+    """The open ``file`` mapped into memory (copy-on-write: writable, shared with the page cache until written),
+    once the size and sha256 of the mapping are the manifest's ``record``. As fast as safetensors' own reader
+    (which maps the file too): the tensors made from it are views of the very mapping that was checked."""
+    _check_size(file, os.fstat(handle.fileno()).st_size, record)
+    data = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_COPY) if record["bytes"] else bytearray()
     if hashlib.sha256(data).hexdigest() != record["sha256"]:
         raise BundleError(f"{file} is corrupt: its sha256 differs from the manifest's")
     return data
@@ -114,13 +126,13 @@ def _check_size(file: Path, size: int, record: dict) -> None:
         raise BundleError(f"{file} is corrupt: {size} bytes, the manifest says {record['bytes']}")
 
 
-def _read_exactly(handle, size: int, file: Path) -> bytes:
-    """``size`` bytes of ``handle`` (a raw read returns at most about 2 GB at once: read until they are all in)."""
-    parts, left = [], size
-    while left:
-        part = handle.read(left)
-        if not part:
-            raise BundleError(f"{file} is truncated: {size - left} of {size} bytes")
-        parts.append(part)
-        left -= len(part)
-    return b"".join(parts)  # one part: itself, no copy
+def _read_exactly(handle, size: int, file: Path) -> bytearray:
+    """``size`` bytes of ``handle``, into one buffer (a raw read returns at most about 2 GB at once)."""
+    data = bytearray(size)
+    view, done = memoryview(data), 0
+    while done < size:
+        count = handle.readinto(view[done:])
+        if not count:
+            raise BundleError(f"{file} is truncated: {done} of {size} bytes")
+        done += count
+    return data
