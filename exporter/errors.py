@@ -1,6 +1,8 @@
 """Errors raised by the exporter, each saying what was wrong and what would be right."""
 from __future__ import annotations
 
+from .terminal import printable
+
 
 class InputError(ValueError):
     """An input does not match the signature; the message names it and what was expected."""
@@ -34,7 +36,11 @@ class DimensionError(InputError):
 
 
 class BundleError(Exception):
-    """A bundle folder cannot be read: a file is missing, truncated or corrupt, or the manifest is invalid."""
+    """A bundle folder cannot be read: a file is missing, truncated or corrupt, or the manifest is invalid. Its
+    message quotes the bundle, so it is made terminal-safe (``terminal.printable``)."""
+
+    def __init__(self, message: str):
+        super().__init__(printable(message))
 
 
 class BundleVersionError(BundleError):

@@ -24,7 +24,8 @@ from torch_stablehlo.stablehlo_ir.mlir_context import make_context
 from torch_stablehlo.stablehlo_ir.op_counts import count_ops
 from torch_stablehlo.stablehlo_ir.refine import main_function
 
-ENVIRONMENT = "TORCH_STABLEHLO_DEBUG"
+from . import settings
+
 STORM_SIGNATURES = 4
 PREFIX = "[torch-stablehlo]"
 _OUR_PACKAGES = tuple(os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep + name + os.sep
@@ -94,7 +95,7 @@ class Analysis:
         print(line, file=self.stream or sys.stderr, flush=True)
 
 
-ANALYSIS = Analysis(os.environ.get(ENVIRONMENT, "") not in ("", "0"))
+ANALYSIS = Analysis(settings.DEBUG.value())
 
 
 def enable(on: bool = True, stream=None) -> Analysis:

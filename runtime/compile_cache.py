@@ -15,7 +15,7 @@ thousands of entries.
 
 Location: ``$TORCH_STABLEHLO_CACHE_DIR`` (``off`` disables the cache), else
 ``~/.cache/torch-stablehlo/executables``; bound: ``$TORCH_STABLEHLO_CACHE_MAX_BYTES``
-(default 2 GiB).
+(default 2 GiB; ``500MB``, ``4GB`` and the like: see ``runtime.settings``).
 
 Entries are native code this process runs, so the folder must be the user's own: one owned by another user, or
 writable by group or others, is refused with one warning and compilation goes on without it, unless
@@ -37,17 +37,17 @@ from jaxlib import _jax
 
 from torch_stablehlo.stablehlo_ir.passes import XLA_PREPARATION
 
-DIR_VARIABLE = "TORCH_STABLEHLO_CACHE_DIR"
-MAX_BYTES_VARIABLE = "TORCH_STABLEHLO_CACHE_MAX_BYTES"
-SHARED_VARIABLE = "TORCH_STABLEHLO_CACHE_SHARED"
-DEFAULT_MAX_BYTES = 2 * 1024 ** 3
+from . import settings
+
+DIR_VARIABLE = settings.CACHE_DIR.variable
+SHARED_VARIABLE = settings.CACHE_SHARED.variable
 _MAGIC = b"TSHX2"  # 2: the entry's key, then a checksum over key and payload
 _DIGEST = hashlib.sha256().digest_size
 _TEMPORARY = ".tmp-"
 
 
 class CompileCache:
-    def __init__(self, directory: str | os.PathLike, max_bytes: int = DEFAULT_MAX_BYTES):
+    def __init__(self, directory: str | os.PathLike, max_bytes: int = settings.CACHE_MAX_BYTES.default):
         self.directory = Path(directory)
         self.max_bytes = max_bytes
         self._measured: int | None = None  # the folder's bytes when last measured (None: not yet)
@@ -57,12 +57,10 @@ class CompileCache:
     def from_environment(cls) -> "CompileCache | None":
         """The cache the environment names (one object per folder and bound in a process, so what it measured
         of the folder carries from one write to the next)."""
-        directory = os.environ.get(DIR_VARIABLE, str(Path.home() / ".cache" / "torch-stablehlo" / "executables"))
-        if directory.lower() == "off":
+        directory = settings.CACHE_DIR.value()
+        if directory is None or not _usable(str(directory), settings.CACHE_SHARED.value()):
             return None
-        if not _usable(directory, os.environ.get(SHARED_VARIABLE, "") not in ("", "0")):
-            return None
-        return _shared(directory, int(os.environ.get(MAX_BYTES_VARIABLE, DEFAULT_MAX_BYTES)))
+        return _shared(str(directory), settings.CACHE_MAX_BYTES.value())
 
     @staticmethod
     def key_parts(module_fingerprint: str, client, compile_options=None) -> dict[str, str]:

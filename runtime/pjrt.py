@@ -4,14 +4,13 @@ Global JAX config is never changed: 64-bit inputs are placed on the device
 inside ``jax.enable_x64`` (a scoped setting) so int64/float64 stay 64-bit.
 A module partitioned over a device mesh runs SPMD on its devices (see ``runtime.spmd``).
 
-Compiled executables stay in memory, at most ``MAX_EXECUTABLES`` (``$TORCH_STABLEHLO_MAX_EXECUTABLES``, default
+Compiled executables stay in memory, at most ``$TORCH_STABLEHLO_MAX_EXECUTABLES`` (``runtime.settings``, default
 64) in this process and as many per artifact (one per shape signature of a dynamic module); past that the least
 recently used is dropped (a later call at its shapes loads it from the disk cache, or compiles it again).
 """
 from __future__ import annotations
 
 import hashlib
-import os
 import threading
 from collections import OrderedDict
 import time
@@ -26,18 +25,16 @@ from jaxlib import _jax
 from torch_stablehlo.stablehlo_ir.passes import prepare_for_xla
 from torch_stablehlo.stablehlo_ir.refine import refine_shapes, shapes_key
 
-from . import spmd
+from . import settings, spmd
 from .analysis import ANALYSIS
 from .compile_cache import CompileCache, digest
 
-MAX_EXECUTABLES = int(os.environ.get("TORCH_STABLEHLO_MAX_EXECUTABLES", 64))
-
 
 class LeastRecentlyUsed(OrderedDict):
-    """A dict of at most ``maxsize`` items: reading one makes it the most recent, and adding one past the bound
-    drops the least recently used."""
+    """A dict of at most ``maxsize`` items (None: ``$TORCH_STABLEHLO_MAX_EXECUTABLES`` as it is when one is added):
+    reading one makes it the most recent, and adding one past the bound drops the least recently used."""
 
-    def __init__(self, maxsize: int = MAX_EXECUTABLES):
+    def __init__(self, maxsize: int | None = None):
         super().__init__()
         self.maxsize = maxsize
 
@@ -49,7 +46,7 @@ class LeastRecentlyUsed(OrderedDict):
     def __setitem__(self, key, value):
         super().__setitem__(key, value)
         self.move_to_end(key)
-        while len(self) > self.maxsize:
+        while len(self) > (self.maxsize or settings.MAX_EXECUTABLES.value()):
             self.popitem(last=False)
 
 
@@ -202,5 +199,5 @@ def device_mesh(platform: str, axes: tuple[tuple[str, int], ...]) -> jax.shardin
 
 
 def compiled_count() -> int:
-    """How many compiled modules this process holds (at most ``MAX_EXECUTABLES``; for tests of the cache)."""
+    """How many compiled modules this process holds (at most ``$TORCH_STABLEHLO_MAX_EXECUTABLES``; for tests of the cache)."""
     return len(_COMPILED)

@@ -27,7 +27,7 @@ from torch_stablehlo.exporter.formats.iree import TARGET, compile_for_iree, pars
 from .npz import run_npz
 from torch_stablehlo.exporter.formats.versions import DEFAULT_TARGET, TARGET_CHOICES
 from torch_stablehlo.golden import store, zoo
-from torch_stablehlo.exporter.terminal import quiet_third_party_logs
+from torch_stablehlo.exporter.terminal import printable, quiet_third_party_logs
 
 from .coverage import write_report
 
@@ -280,7 +280,7 @@ def _run(options) -> int:
     with _progress(1) as step, step("loading, compiling and running"):
         outputs = run_npz(options.bundle, options.inputs, options.output)
     for name, value in outputs.items():
-        print(f"{name}: {value.dtype}{list(value.shape)}")
+        print(printable(f"{name}: {value.dtype}{list(value.shape)}"))  # names from the bundle
     print(f"wrote {options.output}")
     return 0
 
@@ -421,7 +421,7 @@ def _folder_bytes(path: Path) -> int:
 def _one_line(error: BaseException) -> str:
     lines = str(error).strip().splitlines() or [""]
     more = " (more with --traceback)" if len(lines) > 1 else ""
-    return f"{type(error).__name__}: {lines[0]}{more}"
+    return printable(f"{type(error).__name__}: {lines[0]}{more}")  # it may quote a bundle
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -12,6 +12,7 @@ from torch_stablehlo.stablehlo_ir.op_counts import op_histogram
 
 from torch_stablehlo.exporter.formats import bundle
 from torch_stablehlo.exporter.conversion.signature import Signature
+from torch_stablehlo.exporter.terminal import printable
 
 VERSION_KEYS = ("format_version", "stablehlo_version", "stablehlo_target", "producer", "producer_version",
                 "torch_version", "jaxlib_version")
@@ -20,8 +21,7 @@ VERSION_KEYS = ("format_version", "stablehlo_version", "stablehlo_target", "prod
 def bundle_report(path: str | os.PathLike, top: int = 10) -> dict:
     """Versions, signature, op histogram and weight sizes of a bundle (its weights are not read)."""
     path = Path(path)
-    manifest = bundle.load_manifest(path)
-    text = bundle.load_module_text(path, manifest)
+    manifest, text, _ = bundle.inspect_bundle(path)
     histogram = op_histogram(text)
     weights = manifest["weights"]
     largest = sorted(weights, key=lambda name: weights[name]["bytes"], reverse=True)[:top]
@@ -52,6 +52,8 @@ def extensions_used(text: str) -> dict:
 
 
 def format_report(report: dict) -> str:
+    """The report as text for a terminal: every line terminal-safe (``printable``: a bundle's names and versions
+    cannot rewrite or hide lines of the report that vets it)."""
     lines = [f"bundle {report['path']}", "versions:"]
     lines += [f"  {key}: {value}" for key, value in report["versions"].items()]
     lines += str(Signature.from_json(report["signature"])).splitlines()
@@ -67,7 +69,7 @@ def format_report(report: dict) -> str:
     lines += [f"  {human_size(w['bytes']):>10}  {w['name']}  {w['dtype']}{w['shape']}" for w in weights["largest"]]
     lines.append("files:")
     lines += [f"  {human_size(record['bytes']):>10}  {name}" for name, record in report["files"].items()]
-    return "\n".join(lines)
+    return "\n".join(printable(line) for line in lines)
 
 
 def human_size(count: int) -> str:

@@ -20,6 +20,7 @@ from torch_stablehlo.stablehlo_ir.sharding import Spec, normalize_spec, num_devi
 from torch_stablehlo.stablehlo_ir.specs import TensorSpec, dtype_name
 
 from ..errors import DimensionError, InputError
+from ..terminal import printable
 from . import symbolic_dims
 from .inplace import written_placeholders
 from .trees import load_treespec
@@ -291,7 +292,7 @@ class Signature:
         lines += [f"  {s.tensor.name}: {s.scalar or s.tensor.dtype}{'' if s.scalar else list(s.tensor.shape)}"
                   if s.tensor else f"  constant: {s.value!r}" for s in self.user_outputs]
         lines += [f"  updates input {s.target}" for s in self.outputs if s.kind == INPUT_UPDATE]
-        return "\n".join(lines)
+        return "\n".join(printable(line) for line in lines)  # names and values may come from a bundle
 
 
 def _sharding_note(slot: InputSlot) -> str:

@@ -5,7 +5,9 @@ It is saved as a bundle (``save``, read back by ``load_artifact``), as a TF Save
 """
 from __future__ import annotations
 
+import contextlib
 import os
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -47,6 +49,7 @@ class StableHLOArtifact:
         self._device_state: dict[str, object] = {}  # each state slot's value after the last call, by target
         self._weight_readers: dict[str, object] = {}  # weights read shard by shard from files (load_artifact)
         self._seed = 0  # the next call's rng_seed, where the program draws random numbers
+        self._lock = threading.RLock()  # calls of one stream (state, seeds) one at a time: see _execute
 
     # -- running ------------------------------------------------------------
     def __call__(self, *args, **kwargs):
@@ -84,16 +87,25 @@ class StableHLOArtifact:
 
     def _execute(self, tensors: list[torch.Tensor]) -> list:
         """``@main``'s results on the device for the tensor inputs in ``@main`` order; the state passed is
-        consumed (donated) and its new values are kept for the next call."""
+        consumed (donated) and its new values are kept for the next call.
+
+        Calls from several threads: a program with state (or random draws) is one stream, so its calls run one at
+        a time, each taking the state the one before left (``_lock`` held for the whole call: a donated buffer is
+        never handed to two executions); calls of a program without either run at once, only the lookups of
+        executables and placed weights taking turns."""
         validate_inputs([slot.tensor for slot in self.signature.user_inputs if slot.tensor is not None], tensors)
         self.signature.check_dims(tensors)  # symbolic dims: in range, and equal where they must be
-        hosts = [to_numpy(t) for t in tensors + self._seeds()]
-        held = self.signature.held_inputs
-        executable = self._compiled([s.tensor.shape for s in held] + [h.shape for h in hosts])
-        arrays = executable.execute(self._held_on_device(executable) + executable.put(hosts, first=len(held)))
-        outputs = self.signature.main_outputs
-        self._device_state.update({outputs[i].target: arrays[i] for i in self.signature.state_results})
-        return arrays
+        one_stream = bool(self.signature.state) or self.signature.takes_rng_seed
+        with self._lock if one_stream else contextlib.nullcontext():
+            hosts = [to_numpy(t) for t in tensors + self._seeds()]
+            held = self.signature.held_inputs
+            with self._lock:
+                executable = self._compiled([s.tensor.shape for s in held] + [h.shape for h in hosts])
+                held_arrays = self._held_on_device(executable)
+            arrays = executable.execute(held_arrays + executable.put(hosts, first=len(held)))
+            outputs = self.signature.main_outputs
+            self._device_state.update({outputs[i].target: arrays[i] for i in self.signature.state_results})
+            return arrays
 
     @property
     def platforms(self) -> tuple[str, ...]:
@@ -115,13 +127,16 @@ class StableHLOArtifact:
     @property
     def state(self) -> dict[str, torch.Tensor]:
         """The program's state as it is now (name -> a torch tensor of its own), read from the device."""
-        return {slot.name: uncarried(to_torch(np.array(self._device_state[slot.target])), slot.tensor.torch_dtype)
-                if slot.target in self._device_state else self.weights[slot.target].clone()
-                for slot in self.signature.state}
+        with self._lock:
+            return {slot.name: uncarried(to_torch(np.array(self._device_state[slot.target])),
+                                         slot.tensor.torch_dtype)
+                    if slot.target in self._device_state else self.weights[slot.target].clone()
+                    for slot in self.signature.state}
 
     def reset_state(self) -> "StableHLOArtifact":
         """Return the state to its exported values (the next call starts from them). Returns the artifact."""
-        self._device_state.clear()
+        with self._lock:
+            self._device_state.clear()
         return self
 
     def manual_seed(self, seed: int) -> "StableHLOArtifact":
@@ -181,9 +196,11 @@ class StableHLOArtifact:
         (e.g. ``model.safetensors``), a list of files, a folder of shards, or a ``{name: tensor}`` dict such
         as a model's ``state_dict()``. Raises WeightsError naming each weight ``source`` lacks or has with
         another shape or dtype (nothing is attached then). Returns the artifact."""
-        self.weights = attach(self.weights, source)
-        self._device_weights.clear()
-        self._device_state.clear()
+        weights = attach(self.weights, source)
+        with self._lock:
+            self.weights = weights
+            self._device_weights.clear()
+            self._device_state.clear()
         return self
 
     def _require_weights(self, action: str) -> None:

@@ -9,8 +9,8 @@
                          (none for a weightless bundle: its manifest lists each weight's name, shape and
                          dtype with ``"file": null``; ``load_artifact(path, weights=...)`` attaches them)
 
-``save_bundle`` writes the folder atomically; ``load_bundle`` checks every file
-against the manifest before it uses any of them. A bundle over a device mesh records it and each tensor's
+``save_bundle`` writes the folder atomically; ``load_bundle`` reads one snapshot of it (``snapshot``: one version
+whole, even while a save replaces it) and checks every file against the manifest before it uses it. A bundle over a device mesh records it and each tensor's
 sharding in the signature (and the mesh at the manifest's top level); ``load_bundle(local_shards=True)`` reads
 no weight, but gives a reader per weight that reads only the slices asked for (a process's own shards).
 """
@@ -19,10 +19,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import stat
+import re
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable, TypeVar
 
 import safetensors
 import safetensors.torch
@@ -30,11 +31,12 @@ import torch
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
+from torch_stablehlo.runtime import settings
 from torch_stablehlo.stablehlo_ir.bytecode_check import read_in_child
 from torch_stablehlo.stablehlo_ir.mlir_context import make_context
 from torch_stablehlo.stablehlo_ir.refine import main_function
 from torch_stablehlo.stablehlo_ir.passes import portable_artifact
-from torch_stablehlo.stablehlo_ir.dtypes import to_numpy
+from torch_stablehlo.stablehlo_ir.dtypes import ELEMENT_TYPES, to_numpy
 from torch_stablehlo.stablehlo_ir.specs import DTYPES_BY_NAME, dtype_name
 
 from ..errors import BundleError, BundleVersionError
@@ -42,7 +44,9 @@ from .folders import recover_interrupted_swap, staged_folder
 from ..terminal import progress
 from ..conversion.signature import Signature
 from ..conversion.trees import TreeSpecError
-from .manifest_schema import check_manifest, check_slots, plain_file_name
+from .manifest_schema import bounded_int, check_manifest, check_slots, described
+from .snapshot import FolderSnapshot, check_stream, checked_bytes, checked_mapping, handle_path
+from .stored_tensors import stored_tensors
 from .versions import DEFAULT_TARGET, check_readable, producer_versions, resolve_target_version
 from .weights import alias_map, has_data, nbytes, placeholder
 
@@ -50,6 +54,11 @@ FORMAT = "torch-stablehlo-bundle"
 FORMAT_VERSION = 3  # 3: state slots (kind "state", their exported values stored with the weights) donated by @main
 MANIFEST, MODULE_PORTABLE, MODULE_TEXT = "manifest.json", "module.mlirbc", "module.mlir"
 DEFAULT_SHARD_BYTES = 2 * 1024 ** 3
+SNAPSHOT_TRIES = 5
+"""Reads of a bundle started over because a save replaced its folder meanwhile, before the last failure is raised."""
+SIZE_DTYPE = "int64"
+"""The dtype of ``@main``'s data-dependent size results (``Signature.sizes``)."""
+T = TypeVar("T")
 _REQUIRED = ("stablehlo_version", "signature", "weights", "weight_aliases", "files")
 _READABLE: set[str] = set()
 """The sha256 of each portable artifact this process wrote, or read in a child process without harm."""
@@ -66,21 +75,21 @@ class Bundle:
 
 class SliceReader:
     """One stored weight, read slice by slice (``reader[index]``, a tuple of slices, as numpy): only the parts
-    of the file a process's devices hold are read."""
+    of the file a process's devices hold are read, from the very file the load checked (``handle``, held open)."""
 
-    def __init__(self, file: Path, name: str, shape):
-        self.file, self.name, self.shape = file, name, tuple(shape)
+    def __init__(self, handle, file: Path, name: str, shape):
+        self.handle, self.file, self.name, self.shape = handle, file, name, tuple(shape)
 
     def stored_like(self) -> torch.Tensor:
         """An empty tensor of the stored weight's dtype, in the stored shape (read from the file's header)."""
-        with safetensors.safe_open(str(self.file), framework="pt") as handle:
+        with safetensors.safe_open(handle_path(self.handle), framework="pt") as handle:
             part = handle.get_slice(self.name)
             shape = part.get_shape()
             empty = part[tuple(slice(0, 0) for _ in shape)] if shape else handle.get_tensor(self.name)
         return torch.empty(shape, dtype=empty.dtype, device="meta")
 
     def __getitem__(self, index: tuple):
-        with safetensors.safe_open(str(self.file), framework="pt") as handle:
+        with safetensors.safe_open(handle_path(self.handle), framework="pt") as handle:
             part = handle.get_slice(self.name)[index] if self.shape else handle.get_tensor(self.name)
         return to_numpy(part)
 
@@ -162,39 +171,78 @@ def load_bundle(path: str | os.PathLike, *, local_shards: bool = False, trusted:
     the folder, no link), size and checksum. ``local_shards``: the weights stay in their files (placeholders of
     their shape and dtype, checked against the files), each with a ``SliceReader``. ``trusted``: the caller vouches
     for the module's bytes, which are then read in-process without a check in a child process first (see
-    ``_read_module``). A check that fails while a save swapped a new folder in is tried once more, on the new one."""
-    path = Path(path)
-    folder = _folder_id(path)
+    ``_read_module``). Every file comes from one snapshot of the folder (see ``_one_snapshot``)."""
+    return _one_snapshot(Path(path), lambda folder: _load_bundle(folder, local_shards, trusted))
+
+
+def inspect_bundle(path: str | os.PathLike) -> tuple[dict, str, Signature]:
+    """The manifest, module text and signature of a bundle, checked as ``load_bundle`` checks them (its weights
+    are not read)."""
+    return _one_snapshot(Path(path), _inspect)
+
+
+def _one_snapshot(path: Path, read: Callable[[FolderSnapshot], T]) -> T:
+    """``read(folder)`` of the folder at ``path`` opened once (``snapshot``): every file it reads is of one version.
+    Where it fails and a save swapped another folder in meanwhile, it starts over on that one (at most
+    ``SNAPSHOT_TRIES`` times): a concurrent save neither makes a healthy bundle look corrupt nor mixes versions."""
+    for attempt in range(1, SNAPSHOT_TRIES + 1):
+        with open_folder(path) as folder:
+            try:
+                return read(folder)
+            except BundleError:
+                if attempt == SNAPSHOT_TRIES or not folder.replaced():
+                    raise
+    raise AssertionError("unreachable: the last try returns or raises")
+
+
+def open_folder(path: Path) -> FolderSnapshot:
+    """The bundle folder at ``path``, opened once (after putting back the copy an interrupted save left)."""
+    if not os.path.isdir(path) and recover_interrupted_swap(path):
+        warnings.warn(f"{path} was missing after an interrupted save; its previous copy was put back")
+    return FolderSnapshot(path)
+
+
+def _inspect(folder: FolderSnapshot) -> tuple[dict, str, Signature]:
+    path, manifest = folder.path, _read_manifest(folder)
+    record = _file_record(path, manifest, MODULE_PORTABLE)
+    with folder.open(MODULE_PORTABLE) as handle:
+        text, main_types = _read_module(checked_bytes(handle, path / MODULE_PORTABLE, record), path / MODULE_PORTABLE)
+    signature = _signature(path, manifest)
+    _check_main(path, signature, main_types)
+    return manifest, text, signature
+
+
+def _load_bundle(folder: FolderSnapshot, local_shards: bool, trusted: bool) -> Bundle:
+    path, manifest = folder.path, _read_manifest(folder)
+    weight_files = _weight_files(manifest)
+    record = _file_record(path, manifest, MODULE_PORTABLE)
+    handles = {}
     try:
-        return _load_bundle(path, local_shards, trusted)
-    except BundleError:
-        if folder is None or _folder_id(path) in (None, folder):
-            raise
-    return _load_bundle(path, local_shards, trusted)
+        for name in sorted(set(manifest["files"]) | weight_files):  # all opened before any is read: this version
+            handles[name] = folder.open(name)
+        for name in sorted(set(handles) - weight_files - {MODULE_PORTABLE}):
+            check_stream(handles[name], path / name, manifest["files"][name])
+        data = checked_bytes(handles[MODULE_PORTABLE], path / MODULE_PORTABLE, record)
+        (module, main_types), signature = _read_module(data, path / MODULE_PORTABLE, trusted), _signature(path, manifest)
+        _check_main(path, signature, main_types)
+        if local_shards:
+            return _local_shards(path, manifest, module, signature, {name: handles.pop(name) for name in weight_files})
+        return Bundle(module, signature, _read_weights(path, manifest, handles), manifest)
+    finally:
+        for handle in handles.values():
+            handle.close()
 
 
-def _folder_id(path: Path) -> tuple | None:
-    """Which folder stands at ``path`` now (a save's swap puts another one there); None if none."""
-    try:
-        status = os.stat(path)
-    except OSError:
-        return None
-    return status.st_dev, status.st_ino
-
-
-def _load_bundle(path: Path, local_shards: bool, trusted: bool) -> Bundle:
-    manifest = load_manifest(path)
-    for name in sorted(set(manifest["files"]) | _weight_files(manifest)):
-        checked_file(path, manifest, name)
-    (module, main_shapes), signature = _read_module(path / MODULE_PORTABLE, trusted), _signature(path, manifest)
-    _check_main(path, signature, main_shapes)
-    if not local_shards:
-        return Bundle(module, signature, _read_weights(path, manifest), manifest)
+def _local_shards(path: Path, manifest: dict, module: str, signature: Signature, handles: dict) -> Bundle:
+    """The bundle with placeholder weights and a ``SliceReader`` per stored one, over the files ``handles`` hold
+    (checked here, kept open)."""
+    for name, handle in handles.items():
+        check_stream(handle, path / name, manifest["files"][name])
     records = {name: manifest["weights"][manifest["weight_aliases"].get(name, name)]
                for name in [*manifest["weights"], *manifest["weight_aliases"]]}
     weights = {name: placeholder(r["shape"], DTYPES_BY_NAME[r["dtype"]]) for name, r in records.items()}
-    readers = {name: SliceReader(path / r["file"], manifest["weight_aliases"].get(name, name), r["shape"])
-               for name, r in records.items() if r["file"] is not None}
+    readers = {name: SliceReader(handles[r["file"]], path / r["file"], manifest["weight_aliases"].get(name, name),
+                                 r["shape"]) for name, r in records.items() if r["file"] is not None}
     for name, reader in readers.items():
         try:
             stored = reader.stored_like()
@@ -226,86 +274,70 @@ def _signature(path: Path, manifest: dict) -> Signature:
 
 def load_manifest(path: str | os.PathLike) -> dict:
     """The bundle's manifest, once its format and StableHLO version are known to be readable here."""
-    path = Path(path)
-    file = path / MANIFEST
-    if not path.is_dir() and recover_interrupted_swap(path):
-        warnings.warn(f"{path} was missing after an interrupted save; its previous copy was put back")
-    if not path.is_dir():
-        raise BundleError(f"{path}: no such bundle folder")
-    if not file.is_file():
-        raise BundleError(f"{path} is not a bundle: {MANIFEST} is missing")
-    inside(path, MANIFEST)
+    with open_folder(Path(path)) as folder:
+        return _read_manifest(folder)
+
+
+def _read_manifest(folder: FolderSnapshot) -> dict:
+    file = folder.path / MANIFEST
+    bound = settings.MAX_MANIFEST_BYTES
     try:
-        manifest = json.loads(file.read_text())
+        data = folder.read(MANIFEST, bound.value(), bound.variable)
+        manifest = json.loads(data, parse_int=bounded_int)
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
         raise BundleError(f"{file} is corrupt: not valid JSON ({error})") from None
     except RecursionError:
         raise BundleError(f"{file} is corrupt: nested too deeply") from None
     if not isinstance(manifest, dict) or "format_version" not in manifest:
         raise BundleError(f"{file} is not a bundle manifest (no format_version)")
-    if manifest["format_version"] != FORMAT_VERSION:
-        newer = isinstance(manifest["format_version"], int) and manifest["format_version"] > FORMAT_VERSION
+    if manifest.get("format") != FORMAT:
+        raise BundleError(f"{file} is not a bundle manifest: its format is {described(manifest.get('format'))}, "
+                          f"expected {FORMAT!r}")
+    version = manifest["format_version"]
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise BundleError(f"{file} is invalid: manifest field format_version: expected an integer (this exporter "
+                          f"reads {FORMAT_VERSION}), got {described(version)}")
+    if version != FORMAT_VERSION:
         raise BundleVersionError(
-            f"{path}: bundle format {manifest['format_version']} is not readable by this exporter (it reads "
-            f"format {FORMAT_VERSION}); " + ("upgrade torch-stablehlo-exporter" if newer else "re-export the model"))
+            f"{folder.path}: bundle format {version} is not readable by this exporter (it reads format "
+            f"{FORMAT_VERSION}); " + ("upgrade torch-stablehlo-exporter" if version > FORMAT_VERSION
+                                       else "re-export the model"))
     missing = [key for key in _REQUIRED if key not in manifest]
     if missing:
         raise BundleError(f"{file} is corrupt: it lacks {', '.join(missing)}")
-    check_readable(manifest["stablehlo_version"], f"bundle {path}")
+    check_readable(manifest["stablehlo_version"], f"bundle {folder.path}")
     check_manifest(manifest, str(file))
     return manifest
 
 
-def checked_file(path: Path, manifest: dict, name: str) -> Path:
-    """``path / name`` once its size and sha256 match the manifest."""
+def _file_record(path: Path, manifest: dict, name: str) -> dict:
     record = manifest["files"].get(name)
     if record is None:
         raise BundleError(f"{path}: the manifest lists no file {name}")
-    file = inside(path, name)
-    size = file.stat().st_size
-    if size < record["bytes"]:
-        raise BundleError(f"{file} is truncated: {size} of {record['bytes']} bytes")
-    if size != record["bytes"]:
-        raise BundleError(f"{file} is corrupt: {size} bytes, the manifest says {record['bytes']}")
-    if _sha256(file) != record["sha256"]:
-        raise BundleError(f"{file} is corrupt: its sha256 differs from the manifest's")
-    return file
+    return record
 
 
-def inside(path: Path, name: str) -> Path:
-    """``path / name`` once it is known to be a regular file (not a link) right inside the folder ``path``; checked
-    before the file is opened. ``name`` is a manifest's: the schema allows plain names only, checked again here."""
-    file = path / name
-    if not plain_file_name(name) or file.parent != path:
-        raise BundleError(f"{path}: the manifest names the file {name!r}; a bundle's files are plain names inside it")
-    try:
-        mode = os.lstat(file).st_mode
-    except FileNotFoundError:
-        raise BundleError(f"{path}: {name} is missing") from None
-    if stat.S_ISLNK(mode) or not stat.S_ISREG(mode):
-        raise BundleError(f"{path}: {name} is {'a link' if stat.S_ISLNK(mode) else 'not a regular file'}; a "
-                          "bundle's files are regular files inside its folder")
-    return file
+def checked_file(path: Path, manifest: dict, name: str) -> Path:
+    """``path / name`` once its size and sha256 match the manifest (for a tool that reads it by its path)."""
+    with open_folder(path) as folder, folder.open(name) as handle:
+        check_stream(handle, path / name, _file_record(path, manifest, name))
+    return path / name
 
 
-def load_module_text(path: Path, manifest: dict) -> str:
-    """The module, read from the portable artifact (checked against the manifest)."""
-    return _read_module(checked_file(path, manifest, MODULE_PORTABLE))[0]
-
-
-def _read_module(file: Path, trusted: bool = False) -> tuple[str, tuple[list, list]]:
-    """The module's text, and the shapes of ``@main``'s arguments and results. Unless ``trusted`` or this process wrote or checked the same bytes before, they are
-    first read in a child process (``stablehlo_ir.bytecode_check``), so that crafted bytes cannot crash this one."""
-    data = file.read_bytes()
+def _read_module(data: bytearray, file: Path, trusted: bool = False) -> tuple[str, tuple[list, list]]:
+    """The module's text, and the type (``_TensorType``) of each of ``@main``'s arguments and results. Unless
+    ``trusted`` or this process wrote or checked the same bytes before, they are first read in a child process
+    (``stablehlo_ir.bytecode_check``), so that crafted bytes cannot crash this one; the bytes parsed here are
+    the bytes checked there."""
     digest = hashlib.sha256(data).hexdigest()
     if not trusted and digest not in _READABLE:
-        problem = read_in_child(data)
+        problem = read_in_child(data, settings.CHECK_MEMORY_BYTES.value(), settings.CHECK_SECONDS.value())
         if problem is not None:
             raise BundleError(f"{file} is not a readable StableHLO portable artifact: {problem}")
         _READABLE.add(digest)
     with make_context() as context:
         try:
-            module = stablehlo.deserialize_portable_artifact(context, data)
+            module = stablehlo.deserialize_portable_artifact(context, bytes(data))
         except Exception as error:  # noqa: BLE001  (MLIR raises plain errors; say which file)
             raise BundleError(f"{file} is not a readable StableHLO portable artifact: {error}") from None
         try:
@@ -313,28 +345,39 @@ def _read_module(file: Path, trusted: bool = False) -> tuple[str, tuple[list, li
         except ValueError as error:
             raise BundleError(f"{file}: {error}") from None
         types = ir.FunctionType(ir.TypeAttr(main.attributes["function_type"]).value)
-        shapes = tuple([_shape(t) for t in group] for group in (types.inputs, types.results))
-        return module.operation.get_asm(enable_debug_info=True), shapes
+        return module.operation.get_asm(enable_debug_info=True), tuple(
+            [_tensor_type(t) for t in group] for group in (types.inputs, types.results))
 
 
-def _shape(mlir_type) -> list | None:
-    """A tensor type's dims (None where dynamic); None for a type that is no ranked tensor."""
+@dataclass(frozen=True)
+class _MainType:
+    """One of ``@main``'s arguments or results as the module declares it."""
+    shape: list | None    # its dims (None where dynamic); None for a type that is no ranked tensor
+    element: str | None   # its element type as MLIR writes it (``ELEMENT_TYPES``); a quantized one's storage type
+
+
+def _tensor_type(mlir_type) -> _MainType:
     if mlir_type.typeid != ir.RankedTensorType.static_typeid:
-        return None
+        return _MainType(None, None)
     tensor = ir.RankedTensorType(mlir_type)
-    return [None if ir.ShapedType.is_dynamic_size(d) else d for d in tensor.shape]
+    element = str(tensor.element_type)
+    stored = re.match(r"!quant\.uniform<(u?)(i\d+)", element)  # held in its storage type (u8: MLIR's ui8)
+    return _MainType([None if ir.ShapedType.is_dynamic_size(d) else d for d in tensor.shape],
+                     f"{stored[1] and 'u'}{stored[2]}" if stored else element)
 
 
-def _check_main(path: Path, signature: Signature, main_shapes: tuple[list, list]) -> None:
-    """Raise BundleError unless the signature's ``@main`` arguments and results are the module's (count, rank and
-    static dims; a symbolic dim where the module's is dynamic, a data-dependent one of any size)."""
+def _check_main(path: Path, signature: Signature, main_types: tuple[list, list]) -> None:
+    """Raise BundleError unless the signature's ``@main`` arguments and results are the module's: count, rank,
+    static dims (a symbolic dim where the module's is dynamic, a data-dependent one of any size) and element type
+    (PJRT takes any buffer of the right size: a state of another dtype would be read as the module's)."""
     arguments = [s.tensor for s in signature.main_inputs]
     results = [s.tensor for s in signature.main_outputs] + [None] * len(signature.sizes)
-    for what, specs, shapes in (("arguments", arguments, main_shapes[0]), ("results", results, main_shapes[1])):
-        if len(specs) != len(shapes):
+    for what, specs, types in (("arguments", arguments, main_types[0]), ("results", results, main_types[1])):
+        if len(specs) != len(types):
             raise BundleError(f"{path / MANIFEST} does not fit its module: the signature lists {len(specs)} @main "
-                              f"{what}, the module has {len(shapes)}")
-        for index, (spec, shape) in enumerate(zip(specs, shapes)):
+                              f"{what}, the module has {len(types)}")
+        for index, (spec, declared) in enumerate(zip(specs, types)):
+            shape = declared.shape
             expected = None if spec is None else [d if isinstance(d, int) else None for d in spec.shape]
             if shape is not None and spec is not None and len(shape) == len(expected):
                 # a data-dependent dim is held padded: static in the module, any size
@@ -342,22 +385,25 @@ def _check_main(path: Path, signature: Signature, main_shapes: tuple[list, list]
             if shape is None or (spec is not None and expected != shape) or (spec is None and shape != []):
                 raise BundleError(f"{path / MANIFEST} does not fit its module: @main's {what[:-1]} {index} is "
                                   f"{shape} in the module, {expected if spec else 'a 0-d size'} in the signature")
+            dtype = spec.dtype if spec else SIZE_DTYPE
+            if declared.element != ELEMENT_TYPES[DTYPES_BY_NAME[dtype]]:
+                raise BundleError(f"{path / MANIFEST} does not fit its module: @main's {what[:-1]} {index}"
+                                  f"{f' ({spec.name})' if spec else ''} holds {declared.element} in the module, "
+                                  f"{dtype} ({ELEMENT_TYPES[DTYPES_BY_NAME[dtype]]}) in the signature")
 
 
 def _weight_files(manifest: dict) -> set[str]:
     return {record["file"] for record in manifest["weights"].values() if record["file"] is not None}
 
 
-def _read_weights(path: Path, manifest: dict) -> dict[str, torch.Tensor]:
-    """Every weight, read from its shard; a weight stored nowhere (a weightless bundle) is a meta
-    tensor of its shape and dtype, to be attached."""
+def _read_weights(path: Path, manifest: dict, handles: dict) -> dict[str, torch.Tensor]:
+    """Every weight, read from its shard (``handles``: the open files; each read once, its checksum checked on the
+    mapping the weights are views of); a weight stored nowhere (a weightless bundle) is a meta tensor of its shape and dtype, to be
+    attached."""
     weights: dict[str, torch.Tensor] = {}
     for name in sorted(_weight_files(manifest)):
         file = path / name
-        try:
-            stored = safetensors.torch.load_file(str(file))
-        except safetensors.SafetensorError as error:
-            raise BundleError(f"{file} is not a readable safetensors file: {error}") from None
+        stored = stored_tensors(checked_mapping(handles[name], file, manifest["files"][name]), file)
         expected = {weight: record for weight, record in manifest["weights"].items() if record["file"] == name}
         for weight, tensor in stored.items():
             record = expected.get(weight)

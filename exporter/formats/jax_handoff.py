@@ -23,6 +23,7 @@ whose outputs are replicated; ``JaxModel`` places the weights and inputs on the 
 from __future__ import annotations
 
 import re
+import threading
 from typing import Callable
 
 import jax
@@ -129,6 +130,7 @@ class StatefulJaxModel(JaxModel):
         self._exported_state = exported_state  # the exported values, placed afresh on each call
         self._state: dict | None = None  # the state after the last call, on the device
         self._step = jax.jit(self._main, donate_argnums=1)
+        self._lock = threading.Lock()  # one call at a time: each donates the state the one before left
 
     def apply(self, weights, state: dict, *args, **kwargs) -> tuple[dict, object]:
         """Run with ``weights`` (as ``self.weights``) and ``state`` (as ``self.state``); returns the new state and
@@ -139,17 +141,19 @@ class StatefulJaxModel(JaxModel):
         with jax.enable_x64(True):
             args, kwargs = self._prepared(args, kwargs)
             tensors, seed = self._flat_inputs(args, kwargs)
-            state = self._state if self._state is not None else self._exported_state()
-            self._state, outputs = self._split(self._step(self.weights, state, tensors, seed))
+            with self._lock:
+                state = self._state if self._state is not None else self._exported_state()
+                self._state, outputs = self._split(self._step(self.weights, state, tensors, seed))
         return outputs
 
     @property
     def state(self) -> dict[str, jax.Array]:
         """The state as it is now: name -> an array of its own on the device (``apply`` takes it)."""
-        if self._state is None:
-            return self._exported_state()
-        with jax.enable_x64(True):
-            return {name: jnp.array(value, copy=True) for name, value in self._state.items()}
+        with self._lock:
+            if self._state is None:
+                return self._exported_state()
+            with jax.enable_x64(True):
+                return {name: jnp.array(value, copy=True) for name, value in self._state.items()}
 
     def reset_state(self) -> "StatefulJaxModel":
         """Return the state to its exported values (the next call starts from them). Returns the model."""

@@ -7,6 +7,7 @@ File names are checked here too: each is a plain name inside the bundle folder (
 """
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from typing import Callable
@@ -27,7 +28,8 @@ class SchemaError(ValueError):
         super().__init__(f"manifest field {field or '(top level)'}: {message}")
 
 
-def _got(value) -> str:
+def described(value) -> str:
+    """A value of a manifest as an error message shows it: its type and the start of its repr."""
     text = repr(value)
     return f"{type(value).__name__} {text[:60]}{'...' if len(text) > 60 else ''}"
 
@@ -44,7 +46,7 @@ class Check:
         except (TypeError, ValueError):
             fits = False
         if not fits:
-            raise SchemaError(field, f"expected {self.expected}, got {_got(value)}")
+            raise SchemaError(field, f"expected {self.expected}, got {described(value)}")
 
 
 @dataclass(frozen=True)
@@ -55,7 +57,7 @@ class Record:
 
     def __call__(self, value, field: str) -> None:
         if not isinstance(value, dict):
-            raise SchemaError(field, f"expected an object with {', '.join(self.fields)}, got {_got(value)}")
+            raise SchemaError(field, f"expected an object with {', '.join(self.fields)}, got {described(value)}")
         for key, check in self.fields.items():
             if key in value:
                 check(value[key], f"{field}.{key}" if field else key)
@@ -71,7 +73,7 @@ class ListOf:
     def __call__(self, value, field: str) -> None:
         if not isinstance(value, list) or (self.length is not None and len(value) != self.length):
             size = f" of {self.length}" if self.length is not None else ""
-            raise SchemaError(field, f"expected a list{size}, got {_got(value)}")
+            raise SchemaError(field, f"expected a list{size}, got {described(value)}")
         for index, item in enumerate(value):
             self.item(item, f"{field}[{index}]")
 
@@ -84,7 +86,7 @@ class MapOf:
 
     def __call__(self, value, field: str) -> None:
         if not isinstance(value, dict):
-            raise SchemaError(field, f"expected an object, got {_got(value)}")
+            raise SchemaError(field, f"expected an object, got {described(value)}")
         for key, item in value.items():
             if self.key is not None:
                 self.key(key, f"{field} key")
@@ -96,6 +98,23 @@ def nullable(check: Callable) -> Callable:
         if value is not None:
             check(value, field)
     return nullable_check
+
+
+class OversizedInteger:
+    """An integer of a manifest too long to be one of its sizes or counts (read as this, never as an ``int``:
+    Python refuses to convert more than 4300 digits, with a ValueError the loader would not expect)."""
+
+    def __init__(self, digits: int):
+        self.digits = digits
+
+    def __repr__(self) -> str:
+        return f"<an integer of {self.digits} digits>"
+
+
+def bounded_int(text: str):
+    """``json.loads``'s ``parse_int``: an integer, or an ``OversizedInteger`` past 40 digits (every field of a
+    manifest that is an integer is below 2**63)."""
+    return int(text) if len(text) <= 40 else OversizedInteger(len(text.lstrip("-")))
 
 
 def plain_file_name(name: str) -> bool:
@@ -147,10 +166,11 @@ MANIFEST = Record({"format": TEXT, "format_version": COUNT, "stablehlo_version":
 
 
 def check_manifest(manifest, where: str) -> None:
-    """Raise BundleError (``where``: the manifest file) naming the first field that does not fit ``MANIFEST``, or a
-    reference that leads nowhere: an alias to no stored weight, a weight in a file the manifest does not list."""
+    """Raise BundleError (``where``: the manifest file) naming the first field that does not fit ``MANIFEST``, a size
+    that does not fit its shape and dtype, or a reference that leads nowhere: an alias to no stored weight, a weight in a file the manifest does not list."""
     try:
         MANIFEST(manifest, "")
+        _check_sizes(manifest)
         _check_references(manifest)
     except SchemaError as error:
         raise BundleError(f"{where} is invalid: {error}") from None
@@ -191,6 +211,26 @@ def _check_held(manifest: dict, slot, field: str) -> None:
     if (record["dtype"], list(record["shape"])) != (slot.tensor.dtype, list(slot.tensor.shape)):
         raise SchemaError(field, f"weight {slot.target!r} is {record['dtype']}{record['shape']} in weights, "
                                  f"{slot.tensor.dtype}{list(slot.tensor.shape)} here")
+
+
+def _nbytes(shape, dtype: str) -> int:
+    """The bytes a tensor of ``shape`` (its static sizes) and ``dtype`` takes."""
+    return math.prod(d for d in shape if isinstance(d, int)) * DTYPES_BY_NAME[dtype].itemsize
+
+
+def _check_sizes(manifest: dict) -> None:
+    """Each weight's ``bytes`` is what its shape and dtype take, and no tensor of the signature has static sizes
+    whose product (in bytes) reaches 2**63, so no tensor or placeholder made from them overflows."""
+    for name, record in manifest["weights"].items():
+        if _nbytes(record["shape"], record["dtype"]) != record["bytes"]:
+            raise SchemaError(f"weights[{name!r}].bytes", f"expected {record['dtype']}{record['shape']}'s size in "
+                                                          f"bytes, got {record['bytes']}")
+    for group in ("inputs", "outputs"):
+        for index, slot in enumerate(manifest["signature"][group]):
+            tensor = slot["tensor"]
+            if tensor is not None and _nbytes(tensor["shape"], tensor["dtype"]) >= 2 ** 63:
+                raise SchemaError(f"signature.{group}[{index}].tensor.shape", "expected static sizes whose product "
+                                  f"in bytes is below 2**63, got {described(tensor['shape'])}")
 
 
 def _check_references(manifest: dict) -> None:

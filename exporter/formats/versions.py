@@ -42,8 +42,9 @@ def resolve_target_version(target: str) -> str:
 def check_readable(version: str, what: str) -> None:
     """Raise BundleVersionError if this jaxlib cannot read StableHLO ``version``."""
     low, high = stablehlo.get_minimum_version(), stablehlo.get_current_version()
-    if not re.fullmatch(r"\d+\.\d+\.\d+", str(version)):
-        raise BundleVersionError(f"{what}: invalid StableHLO version {version!r}")
+    if not isinstance(version, str) or not re.fullmatch(r"\d{1,9}\.\d{1,9}\.\d{1,9}", version):
+        raise BundleVersionError(f"{what}: invalid StableHLO version {str(version)[:40]!r}: expected a version "
+                                 "such as '1.10.0'")
     if _parse(version) > _parse(high):
         raise BundleVersionError(f"{what} was written at StableHLO {version}, newer than jaxlib "
                                  f"{jaxlib.__version__} reads (up to {high}); upgrade jaxlib, or re-save it "

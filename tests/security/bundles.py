@@ -14,6 +14,7 @@ import torch
 from torch.export import Dim
 
 from torch_stablehlo.exporter import export_to_stablehlo
+from torch_stablehlo.exporter.formats.manifest_schema import plain_file_name
 
 MANIFEST = "manifest.json"
 _RECORDERS: list[list[str]] = []
@@ -50,9 +51,41 @@ def rewrite_file(path: Path, name: str, data: bytes) -> None:
         name, {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}))
 
 
+def _read_varint(data: bytes, position: int) -> tuple[int, int]:
+    """An MLIR bytecode varint at ``position`` (the first byte's trailing zeros count the bytes that follow): its
+    value and the position after it."""
+    if data[position] == 0:
+        return int.from_bytes(data[position + 1:position + 9], "little"), position + 9
+    length = (data[position] & -data[position]).bit_length()
+    return int.from_bytes(data[position:position + length], "little") >> length, position + length
+
+
+def _varint(value: int) -> bytes:
+    for length in range(1, 9):
+        if value < 1 << (7 * length):
+            return ((value << length) | (1 << (length - 1))).to_bytes(length, "little")
+    return b"\0" + value.to_bytes(8, "little")
+
+
+def with_string_count(data: bytes, count: int) -> bytes:
+    """MLIR bytecode whose string section claims ``count`` strings (its section length kept consistent): the
+    reader sizes its tables by that count before it finds the strings missing."""
+    position = data.index(b"\0", _read_varint(data, 4)[1]) + 1  # after the magic, the version and the producer
+    while True:
+        start, kind = position, data[position] & 0x7F
+        length, body = _read_varint(data, position + 1)
+        if kind == 0:  # the string section: its count first
+            rest = _varint(count) + data[_read_varint(data, body)[1]:body + length]
+            return data[:start] + bytes([data[start]]) + _varint(len(rest)) + rest + data[body + length:]
+        position = body + length
+
+
 def _record_opens(event: str, args: tuple) -> None:
+    """A relative path is kept as it is: the loader opens a bundle's files by their plain names relative to the
+    folder's descriptor (which the audit event does not give); ``outside`` judges it by its name."""
     if event == "open" and _RECORDERS and isinstance(args[0], (str, bytes, os.PathLike)):
-        _RECORDERS[-1].append(os.path.realpath(os.fsdecode(args[0])))
+        path = os.fsdecode(args[0])
+        _RECORDERS[-1].append(path if not os.path.isabs(path) else os.path.realpath(path))
 
 
 sys.addaudithook(_record_opens)
@@ -70,8 +103,10 @@ def opened_files():
 
 
 def outside(opened: list[str], folder: Path) -> list[str]:
-    """The opened paths that are not inside ``folder`` (nor Python's own modules and libraries)."""
+    """The opened paths that are not inside ``folder`` (nor Python's own modules and libraries). A relative path
+    counts as inside only where it is a plain name (opened relative to the folder's descriptor): ``../x`` or
+    ``a/b`` is outside."""
     root = os.path.realpath(folder) + os.sep
     ignored = tuple(os.path.realpath(p) + os.sep for p in {sys.prefix, sys.base_prefix, sys.exec_prefix})
-    return [p for p in opened if not p.startswith(root) and not p.startswith(ignored)
-            and not p.startswith(("/proc/", "/sys/", "/dev/"))]
+    return [p for p in opened if not (plain_file_name(p) or (p + os.sep).startswith(root) or p.startswith(ignored)
+                                      or p.startswith(("/proc/", "/sys/", "/dev/")))]

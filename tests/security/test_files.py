@@ -120,3 +120,11 @@ def test_a_folder_of_weights_to_attach_holds_its_own_files(small, tmp_path):
     x = torch.randn(3, 8)  # named explicitly, the same file is the caller's choice
     torch.testing.assert_close(load_artifact(saved, weights=[folder / "model.safetensors"])(x), model(x),
                                rtol=1e-5, atol=1e-5)  # f32 matmul of 8 terms
+
+
+@pytest.mark.parametrize("name", ["module.mlir", "manifest.json"])
+def test_a_fifo_where_a_file_should_be_is_refused_without_blocking(saved, name):
+    (saved / name).unlink()
+    os.mkfifo(saved / name)  # opening it for reading would wait for a writer: it is opened non-blocking
+    with pytest.raises(BundleError, match=f"{name} is not a regular file"):
+        load_artifact(saved)

@@ -16,12 +16,13 @@ import torch
 
 from torch_stablehlo.exporter import BundleError, load_artifact
 from torch_stablehlo.exporter.errors import ExportError, InputError, WeightsError
+from torch_stablehlo.stablehlo_ir.specs import DTYPES_BY_NAME
 
 from ..conftest import full_sweep
 from .bundles import opened_files, outside, read_manifest, write_manifest
 
 ROOT = Path(__file__).parents[2]
-ODD_VALUES = [None, True, -1, 0, 3, 10 ** 30, 1.5, "", "batch", "../weights.safetensors", "/etc/passwd",
+ODD_VALUES = [None, True, -1, 0, 3, 10 ** 30, 2 ** 62, 1.5, "int32", "bfloat16", "", "batch", "../weights.safetensors", "/etc/passwd",
               "weights.safetensors", "batch + 0*__import__('os').getpid()", "(" * 40, [], {}, [[[[]]]], [1, None],
               {"type": "builtins.dict"}, "float64", "user_input", "parameter", "state", "rng_seed", "int"]
 CALL_ERRORS = (InputError, BundleError, WeightsError, ExportError)
@@ -91,6 +92,44 @@ def test_a_mutated_manifest_loads_or_is_a_bundle_error(pristine, tmp_path, manif
                 artifact(torch.randn(3, 8))
             except CALL_ERRORS:
                 pass
+
+
+TYPED_FIELDS = ("dtype", "shape", "bytes", "format_version", "stablehlo_version", "format")
+HUGE = 987654321987654321  # written as an integer of 5000 digits (past Python's int() limit)
+TYPED_VALUES = [*sorted(DTYPES_BY_NAME), "float99", 2 ** 31, 2 ** 62, 2 ** 63 - 1, 2 ** 63, -1, 0, HUGE,
+                [2 ** 62, 3], [2 ** 40, 2 ** 40], [HUGE], [], "3", "1.0.99999", True]
+
+
+def mutate_typed(manifest: dict, rng: random.Random) -> str:
+    """Set one dtype, shape (or one of its sizes), bytes or version field of ``manifest`` to an odd value."""
+    places = [(path, key) for path, key in _places(manifest)
+              if key in TYPED_FIELDS or (path and path[-1] == "shape")]
+    path, key = rng.choice(places)
+    container = manifest
+    for step in path:
+        container = container[step]
+    container[key] = rng.choice(TYPED_VALUES)
+    return f"set {path + (key,)} to {container[key]!r}"
+
+
+@pytest.mark.parametrize("typed_case", range(24))
+def test_a_mutated_dtype_or_size_loads_or_is_a_bundle_error(request, pristine, tmp_path, typed_case):
+    """Dtype fields, sizes (huge products, integers of 5000 digits) and versions: a load succeeds or is a
+    BundleError, and a loaded bundle's call raises only the exporter's errors. 24 cases; --full-sweep: 240."""
+    for case in range(typed_case, typed_case + (240 if full_sweep(request.config) else 24), 24):
+        path = Path(shutil.copytree(pristine, tmp_path / f"bundle{case}"))
+        rng = random.Random(case)
+        manifest = read_manifest(path)
+        changes = [mutate_typed(manifest, rng) for _ in range(rng.choice([1, 2]))]
+        (path / "manifest.json").write_text(json.dumps(manifest).replace(str(HUGE), "9" * 5000))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            try:
+                load_artifact(path)(torch.randn(3, 8))
+            except (BundleError, *CALL_ERRORS):
+                continue
+            except Exception as error:  # noqa: BLE001  (any other error is the finding: say which changes made it)
+                pytest.fail(f"{changes}: {type(error).__name__}: {error}")
 
 
 BYTECODE_FUZZ = """

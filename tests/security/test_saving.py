@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from torch_stablehlo.exporter import BundleError, load_artifact
-from torch_stablehlo.exporter.formats import bundle
+from torch_stablehlo.exporter.formats import snapshot
 from torch_stablehlo.exporter.formats.bundle import load_manifest
 
 ROOT = Path(__file__).parents[2]
@@ -119,16 +119,16 @@ def test_saved_files_get_the_users_umask(small, tmp_path, umask, file_mode, fold
 
 
 def test_a_save_that_swaps_the_folder_during_a_load_does_not_make_it_look_corrupt(small, saved, monkeypatch):
-    """The loader read the old manifest, then a save swapped the new folder in: its files no longer match that
-    manifest. The load notices the folder changed and reads the new one."""
-    real, swapped = bundle.checked_file, []
+    """The loader read the old manifest, then a save swapped the new folder in (and removed the old one): the
+    old folder's files are gone. The load notices the folder changed and reads the new one."""
+    real, swapped = snapshot.FolderSnapshot.open, []
 
-    def save_midway(path, manifest, name):
-        if not swapped:
+    def save_midway(folder, name):
+        if name != "manifest.json" and not swapped:
             swapped.append(small[1].save(saved, target_version="current", include_text=False))
-        return real(path, manifest, name)
+        return real(folder, name)
 
-    monkeypatch.setattr(bundle, "checked_file", save_midway)
+    monkeypatch.setattr(snapshot.FolderSnapshot, "open", save_midway)
     loaded = load_artifact(saved)
     assert swapped and not (saved / "module.mlir").exists()
     x = torch.randn(3, 8)

@@ -1,0 +1,68 @@
+"""A bundle read while it is being replaced: one thread saves two versions of a model in turn to the same path
+(same weight shapes, different programs and weights, as a retrained model would be) while reader threads load it
+and call it. Every load is one version, whole (its module with its own weights): never a mix, never an error.
+A fixed sample of 100 loads runs by default (a few seconds); ``--full-sweep`` runs 400."""
+import threading
+
+import torch
+
+from torch_stablehlo.exporter import export_to_stablehlo, load_artifact
+
+from ..conftest import full_sweep
+
+READERS = 4
+TOLERANCE = dict(rtol=1e-5, atol=1e-5)  # f32 matmuls of 8 terms
+
+
+class Doubled(torch.nn.Linear):
+    def forward(self, x):
+        return 2 * super().forward(x) + 1
+
+
+def _versions():
+    torch.manual_seed(0)
+    first, second = torch.nn.Linear(8, 4).eval(), Doubled(8, 4).eval()
+    x = torch.randn(3, 8)
+    return x, [(export_to_stablehlo(model, (x,)), model(x).detach()) for model in (first, second)]
+
+
+def test_loads_while_a_save_replaces_the_bundle_each_see_one_version(request, tmp_path):
+    loads_wanted = 400 if full_sweep(request.config) else 100
+    x, versions = _versions()
+    path = versions[0][0].save(tmp_path / "bundle")
+    mixes = [2 * versions[0][1] + 1, (versions[1][1] - 1) / 2]  # each module run with the other's weights
+    done, loads, outcomes, lock = threading.Event(), [], [], threading.Lock()
+
+    def save():
+        turn = 0
+        while not done.is_set():
+            turn += 1
+            versions[turn % 2][0].save(path)
+            done.wait(0.02)  # the readers run between saves too (a save holds the interpreter most of its time)
+
+    def read():
+        while True:
+            with lock:
+                if len(loads) >= loads_wanted:
+                    return
+                loads.append(1)
+            try:
+                result = load_artifact(path)(x)
+            except Exception as error:  # noqa: BLE001  (every failure is a wrong outcome, reported below)
+                outcomes.append(f"{type(error).__name__}: {error}")
+                continue
+            matches = [i for i, (_, expected) in enumerate(versions) if torch.allclose(result, expected, **TOLERANCE)]
+            outcomes.append(f"version {matches[0]}" if matches else
+                            "a mix" if any(torch.allclose(result, m, **TOLERANCE) for m in mixes) else "wrong")
+
+    saver, readers = threading.Thread(target=save), [threading.Thread(target=read) for _ in range(READERS)]
+    saver.start()
+    for reader in readers:
+        reader.start()
+    for reader in readers:
+        reader.join()
+    done.set()
+    saver.join()
+    wrong = [outcome for outcome in outcomes if not outcome.startswith("version")]
+    assert len(outcomes) == loads_wanted and wrong == [], (len(wrong), wrong[:3])
+    assert {"version 0", "version 1"} <= set(outcomes), "the loads saw both versions (the saves did overlap them)"
