@@ -97,5 +97,8 @@ CHECK_MEMORY_BYTES = Setting("TORCH_STABLEHLO_CHECK_MEMORY", SIZE, parse_size, 1
 """The memory the bytecode-checking child may take beyond what it holds after start-up (``bytecode_check``)."""
 CHECK_SECONDS = Setting("TORCH_STABLEHLO_CHECK_SECONDS", "a number of seconds above 0", _positive_seconds, 60.0)
 """How long the bytecode-checking child may run."""
+ENGINE_DIR = Setting("TORCH_STABLEHLO_ENGINE_DIR", "a folder", lambda text: Path(text).expanduser(),
+                     Path.home() / ".cache" / "torch-stablehlo" / "engines")
+"""Where ``torch-stablehlo serve`` keeps the engine bundles it exports from checkpoints (``serving.checkpoint``)."""
 SETTINGS = (MAX_EXECUTABLES, CACHE_DIR, CACHE_MAX_BYTES, CACHE_SHARED, DEBUG, MAX_MANIFEST_BYTES, CHECK_MEMORY_BYTES,
-            CHECK_SECONDS)
+            CHECK_SECONDS, ENGINE_DIR)

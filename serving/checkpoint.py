@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -21,8 +20,8 @@ from transformers import AutoConfig, AutoModelForCausalLM
 from torch_stablehlo import exporter
 from torch_stablehlo.exporter.formats.bundle import MANIFEST
 from torch_stablehlo.exporter.formats.versions import producer_versions
+from torch_stablehlo.runtime import settings
 
-DIR_VARIABLE = "TORCH_STABLEHLO_ENGINE_DIR"
 DEFAULT_CACHE_LEN = 2048
 MODEL_FILES = ("config.json", "generation_config.json", "*.safetensors", "*.safetensors.index.json")
 """The checkpoint's files that make the engine (tokenizer files do not)."""
@@ -45,7 +44,7 @@ def is_checkpoint(path: Path) -> bool:
 
 
 def cache_dir() -> Path:
-    return Path(os.environ.get(DIR_VARIABLE) or Path.home() / ".cache" / "torch-stablehlo" / "engines")
+    return settings.ENGINE_DIR.value()
 
 
 def cache_key(checkpoint: Path, settings: EngineSettings) -> str:

@@ -1,7 +1,7 @@
 """A bundle read while it is being replaced: one thread saves two versions of a model in turn to the same path
 (same weight shapes, different programs and weights, as a retrained model would be) while reader threads load it
 and call it. Every load is one version, whole (its module with its own weights): never a mix, never an error.
-A fixed sample of 100 loads runs by default (a few seconds); ``--full-sweep`` runs 400."""
+A fixed sample of 200 loads runs by default (a few seconds); ``--full-sweep`` runs 400."""
 import threading
 
 import torch
@@ -27,7 +27,7 @@ def _versions():
 
 
 def test_loads_while_a_save_replaces_the_bundle_each_see_one_version(request, tmp_path):
-    loads_wanted = 400 if full_sweep(request.config) else 100
+    loads_wanted = 400 if full_sweep(request.config) else 200
     x, versions = _versions()
     path = versions[0][0].save(tmp_path / "bundle")
     mixes = [2 * versions[0][1] + 1, (versions[1][1] - 1) / 2]  # each module run with the other's weights
