@@ -90,7 +90,7 @@ def generate_signature(weight_slots: list[InputSlot], batch: int, settings: Gene
     example = torch.zeros(batch, 1, dtype=torch.int64)
     inputs = [*weight_slots] + [InputSlot(name, "user_input", name, TensorSpec(name, "int64", (batch, dim)))
                                 for name in INPUT_NAMES]
-    if settings.do_sample:
+    if settings.sampling.do_sample:
         inputs.append(InputSlot("rng_seed", "rng_seed", None, TensorSpec("rng_seed", "int64", ())))
     output = TensorSpec("sequences", "int64", (batch, sequences))
     in_spec = pytree.tree_flatten(((example,), {"attention_mask": example}))[1]

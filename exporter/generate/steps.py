@@ -22,7 +22,7 @@ import torch
 from transformers.cache_utils import Cache, StaticLayer, get_layer_types_and_kwargs
 from transformers.configuration_utils import get_head_shapes
 
-from .settings import GenerationSettings
+from .settings import GenerationSettings, Sampling
 
 
 class CarriedLayer(StaticLayer):
@@ -101,8 +101,8 @@ class Step(torch.nn.Module):
         carried state after it."""
         settings = self.settings
         scores = self.processed(logits, tokens, column, prompt_len)
-        if settings.do_sample:
-            chosen = sampled(scores, settings)
+        if settings.sampling.do_sample:
+            chosen = sampled(scores, settings.sampling)
         else:
             chosen = scores.argmax(-1)
         pad = torch.full_like(chosen, settings.pad_token_id)
@@ -187,17 +187,17 @@ def repeated_ngram_ends(tokens, column, size: int, vocab: int) -> torch.Tensor:
     return banned.scatter(1, torch.where(matches, windows[..., -1], spare), True)[:, :vocab]
 
 
-def sampled(scores, settings: GenerationSettings) -> torch.Tensor:
+def sampled(scores, sampling: Sampling) -> torch.Tensor:
     """One token per row drawn from softmax(scores / temperature) restricted to the top-k, then top-p, set
     (transformers' warpers), by the Gumbel-max trick."""
-    scores = scores / settings.temperature
-    if settings.top_k is not None and settings.top_k < scores.shape[1]:
-        kth = torch.topk(scores, settings.top_k).values[:, -1:]
+    scores = scores / sampling.temperature
+    if sampling.top_k is not None and sampling.top_k < scores.shape[1]:
+        kth = torch.topk(scores, sampling.top_k).values[:, -1:]
         scores = scores.masked_fill(scores < kth, float("-inf"))
-    if settings.top_p is not None and settings.top_p < 1.0:
+    if sampling.top_p is not None and sampling.top_p < 1.0:
         ascending, order = torch.sort(scores, descending=False)
         cumulative = ascending.softmax(-1).cumsum(-1)
-        drop = cumulative <= 1 - settings.top_p
+        drop = cumulative <= 1 - sampling.top_p
         drop[:, -1] = False  # the most likely token always stays
         scores = scores.masked_fill(torch.zeros_like(drop).scatter(1, order, drop), float("-inf"))
     uniform = torch.rand_like(scores).clamp(min=torch.finfo(scores.dtype).tiny)
