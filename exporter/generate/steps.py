@@ -78,9 +78,18 @@ def cache_shapes(model, batch: int, max_cache_len: int) -> list[tuple[int, ...]]
     if other:
         raise NotImplementedError(f"export_generate handles decoders whose layers use full or sliding-window "
                                   f"attention; this model has {', '.join(other)} layers")
-    heads, head_dim = get_head_shapes(config)
-    per_layer = zip(_per_layer(heads, len(layer_types)), _per_layer(head_dim, len(layer_types)))
+    head_dim = get_head_shapes(config)[1]
+    per_layer = zip(kv_heads(config, len(layer_types)), _per_layer(head_dim, len(layer_types)))
     return [carried_shape((batch, h, max_cache_len, d)) for h, d in per_layer for _ in ("keys", "values")]
+
+
+def kv_heads(config, layers: int) -> list[int]:
+    """Each layer's key and value heads: transformers' count (``get_head_shapes``), but one for Falcon's classic
+    multi-query attention, whose config counts query heads (``FalconAttention`` uses a single key and value head
+    when ``multi_query`` and not ``new_decoder_architecture``)."""
+    if getattr(config, "multi_query", False) and not getattr(config, "new_decoder_architecture", True):
+        return [1] * layers
+    return _per_layer(get_head_shapes(config)[0], layers)
 
 
 def _per_layer(value, layers: int) -> list[int]:
@@ -209,7 +218,7 @@ class CausalStep(Step):
 
     def run_model(self, input_ids, padding, positions, offset, caches):
         """Last-position logits (float32) and the new caches, for ``input_ids`` written at columns ``offset``, ..."""
-        heads = _per_layer(get_head_shapes(self.model.config.get_text_config(decoder=True))[0], len(caches) // 2)
+        heads = kv_heads(self.model.config.get_text_config(decoder=True), len(caches) // 2)
         layers = [CarriedLayer(caches[2 * i], caches[2 * i + 1], offset, input_ids.shape[0], heads[i])
                   for i in range(len(caches) // 2)]
         cache = Cache(layers=layers)
