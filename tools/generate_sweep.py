@@ -50,10 +50,10 @@ def sweep_generate(entry: ModelEntry) -> dict:
         try:
             art = exporter.export_generate(model, ids, max_new_tokens=NEW_TOKENS, attention_mask=mask)
         except (NotImplementedError, ValueError) as error:
-            results[label] = {"status": REFUSED, "reason": _reason(error)}
+            results[label] = {"status": REFUSED, "reason": reason(error)}
             continue
         except Exception as error:  # noqa: BLE001  (the sweep records every failure and goes on)
-            results[label] = {"status": FAILED, "reason": _reason(error)}
+            results[label] = {"status": FAILED, "reason": reason(error)}
             continue
         with torch.no_grad():
             expected = model.generate(ids, attention_mask=mask, max_new_tokens=NEW_TOKENS, do_sample=False,
@@ -65,7 +65,8 @@ def sweep_generate(entry: ModelEntry) -> dict:
     return results
 
 
-def _reason(error: BaseException) -> str:
+def reason(error: BaseException) -> str:
+    """The exception's type and its first line, short enough for a table cell (both sweeps' tables)."""
     lines = str(error).strip().splitlines()
     return f"{type(error).__name__}: {lines[0][:300] if lines else ''}"
 

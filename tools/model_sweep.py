@@ -40,6 +40,7 @@ from torch_stablehlo.exporter import export_to_stablehlo
 from torch_stablehlo.exporter.tolerances import TOLERANCES
 
 from . import generate_sweep
+from .generate_sweep import reason
 from .model_table import MODELS, ModelEntry
 
 PASSES = ("static", "dynamic", "saved_model")
@@ -69,7 +70,7 @@ def _converted_pass(model, example: dict, dynamic_shapes, checked: dict):
     try:
         program = torch.export.export(model, (), example, strict=False, dynamic_shapes=dynamic_shapes)
     except Exception as error:  # torch's limit: recorded, not ours
-        return {"status": TORCH_EXPORT, "reason": _reason(error)}, None
+        return {"status": TORCH_EXPORT, "reason": reason(error)}, None
     gc.collect()  # earlier models' garbage: a full collection inside the timed call would cost up to a second
     try:
         with _counting_retraces() as retraces:
@@ -77,12 +78,12 @@ def _converted_pass(model, example: dict, dynamic_shapes, checked: dict):
             artifact = export_to_stablehlo(program)
             seconds = time.perf_counter() - start
     except Exception as error:
-        return {"status": ERROR, "stage": "convert", "reason": _reason(error)}, None
+        return {"status": ERROR, "stage": "convert", "reason": reason(error)}, None
     record = {"convert_s": round(seconds, 3), "retraced": bool(retraces)}
     try:
         outputs = pytree.tree_leaves(artifact(**checked))
     except Exception as error:
-        return {**record, "status": ERROR, "stage": "run", "reason": _reason(error)}, None
+        return {**record, "status": ERROR, "stage": "run", "reason": reason(error)}, None
     return {**record, **compare(outputs, _eager(model, checked))}, artifact
 
 
@@ -98,7 +99,7 @@ def _saved_model_pass(artifact, model, inputs: dict, folder: Path) -> dict:
         names = [slot.tensor.name for slot in artifact.signature.user_outputs if slot.tensor is not None]
         outputs = [torch.from_numpy(served[name].numpy()) for name in names]
     except Exception as error:
-        return {"status": ERROR, "reason": _reason(error)}
+        return {"status": ERROR, "reason": reason(error)}
     return compare(outputs, _eager(model, inputs))
 
 
@@ -142,12 +143,6 @@ def _counting_retraces():
         yield calls
     finally:
         torch.export.ExportedProgram.run_decompositions = original
-
-
-def _reason(error: BaseException) -> str:
-    """The exception's type and its first line, short enough for a table cell."""
-    lines = str(error).strip().splitlines()
-    return f"{type(error).__name__}: {lines[0][:300] if lines else ''}"
 
 
 # -- the sweep -------------------------------------------------------------------------------------
