@@ -8,8 +8,7 @@ then ``stablehlo-refine-shapes`` propagates the static types through the body an
 functions, and ``stablehlo-canonicalize-dynamism`` turns the ``dynamic_*`` ops, whose shape
 operands are now constants, into their static forms. Composites become calls of their
 decomposition first: ``stablehlo-refine-shapes`` refines callees but not decompositions (XLA
-inlines them anyway). The result is checked to have no ``?`` left, then given the forms chosen once sizes are
-known (``decode_forms``).
+inlines them anyway). The result is checked to have no ``?`` left.
 """
 from __future__ import annotations
 
@@ -19,7 +18,6 @@ import numpy as np
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
-from .decode_forms import rewrite_decode_forms
 from .mlir_context import make_context
 from .passes import run_pipeline
 from .rewrites import ops_where
@@ -58,13 +56,13 @@ def refine_shapes(mlir_text: str, shapes: Sequence[Sequence[int]]) -> str:
         except ir.MLIRError as error:
             raise ShapeRefinementError(
                 f"cannot specialise the module to input shapes {[list(s) for s in shapes]}: {error}") from None
+        text = module.operation.get_asm(enable_debug_info=True)
         dynamic = _dynamic_values(module)
         if dynamic:
             raise ShapeRefinementError(
                 f"after specialising to input shapes {[list(s) for s in shapes]}, {len(dynamic)} op(s) still have "
                 f"dynamic shapes, e.g. {dynamic[0]}")
-        rewrite_decode_forms(module)
-        return module.operation.get_asm(enable_debug_info=True)
+        return text
 
 
 def _set_argument_shapes(main, shapes: Sequence[Sequence[int]]) -> None:

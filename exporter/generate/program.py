@@ -87,8 +87,8 @@ def traced_inputs(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tupl
 def generate_signature(weight_slots: list[InputSlot], batch: int, settings: GenerationSettings, dim: str,
                        max_len: int, sequences) -> Signature:
     """``@main``'s calling convention: the weights, ``input_ids`` and ``attention_mask`` [batch, ``dim``] (int64,
-    ``dim`` from 1 to ``max_len``; a call may leave out the mask: ones), ``rng_seed`` where it samples; one output, ``sequences`` [batch,
-    ``sequences``] (a column count, or an expression of ``dim``)."""
+    ``dim`` from 1 to ``max_len``; a call may leave out the mask: ones), ``rng_seed`` where it samples; one
+    output, ``sequences`` [batch, ``sequences``] (a column count, or an expression of ``dim``)."""
     example = torch.zeros(batch, 1, dtype=torch.int64)
     ids, mask = INPUT_NAMES
     inputs = [*weight_slots, InputSlot(ids, "user_input", ids, TensorSpec(ids, "int64", (batch, dim))),

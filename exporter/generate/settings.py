@@ -46,9 +46,9 @@ def resolve_sampling(generation_config, do_sample: bool | None = None, temperatu
     """The sampling ``model.generate`` does for these arguments: each one given (not None) wins, else
     ``generation_config``'s value, else generate's default (``SAMPLING_DEFAULTS``: greedy; when sampling,
     temperature 1.0, top-k 50, top-p 1.0). Greedy ignores the config's temperature, top-k and top-p (as
-    ``generate``) but refuses them passed explicitly (other than generate's defaults); top-k 0 and top-p 1.0 mean no cut. Raises ValueError
-    naming a setting out of range. One rule for every program that chooses tokens (``export_generate`` and the
-    serving engine)."""
+    ``generate``) but refuses them passed explicitly (other than generate's defaults); top-k 0 and top-p 1.0
+    mean no cut. Raises ValueError naming a setting out of range. One rule for every program that chooses
+    tokens (``export_generate`` and the serving engine)."""
     given = {"do_sample": do_sample, "temperature": temperature, "top_k": top_k, "top_p": top_p}
     value = {name: next(v for v in (given[name], getattr(generation_config, name, None), default) if v is not None)
              for name, default in SAMPLING_DEFAULTS.items()}
