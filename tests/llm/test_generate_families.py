@@ -39,7 +39,7 @@ FAMILIES = {
                                                          parallel_attn=True)),
 }
 # tools.generate_sweep over model_table's causal LMs: this sample in make test, every one under --full-sweep
-SWEEP_SAMPLE = ["falcon", "gpt2"]
+SWEEP_SAMPLE = ["gpt2"]  # (falcon, its classic multi-query attention, is falcon_mqa above)
 # model -> the reason export_generate gives (docs/models.md's generate table): state-space layers carry no KV cache
 SWEEP_REFUSALS = {"mamba": "this model has linear_attention layers", "mamba2": "this model has linear_attention layers"}
 
