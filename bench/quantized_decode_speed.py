@@ -14,6 +14,10 @@ differs; ``|dlogit|``: the largest logit difference, eager's tokens fed to both 
 eager's top-2 logit margin at the step that chose the first differing token (a quantized scheme may differ where
 that margin is within its logit difference, see tests/llm/test_quantized_decoding.py).
 
+The CPU is printed (model, VNNI, AMX) with the form torchao's dynamic int8 path took on it: int8 x int8 products,
+or, on a CPU with VNNI and no AMX, uint8 x int8 ones (its activations shifted by 128, the weight's column sums
+subtracted), which the module XLA compiles holds as int8 x int8 again (``stablehlo_ir.int8_products``).
+
 Then the product forms XLA's CPU backend was measured on (``stablehlo_ir.int8_products`` emits the fast ones):
 one row times an int8 weight (4096 x 8192; --small: 512 x 2048), ms per call.
 
@@ -59,6 +63,7 @@ from transformers.integrations.executorch import TorchExportableModuleForDecoder
 
 
 from torch_stablehlo import export_to_stablehlo  # noqa: E402
+from torch_stablehlo.stablehlo_ir.int8_products import has_uint8_activations  # noqa: E402
 from torch_stablehlo.stablehlo_ir.mlir_context import make_context  # noqa: E402
 
 SCHEMES = {"float32": None, "int8 weight-only": Int8WeightOnlyConfig,
@@ -77,12 +82,16 @@ def main(options: argparse.Namespace) -> None:
     print(f"decoder: {size['num_hidden_layers']} layers, {size['hidden_size']} wide, vocabulary {size['vocab_size']}, "
           f"static cache {cache}; batch 1, greedy, prompt {PROMPT}, {options.new_tokens} new tokens; "
           f"{options.threads} threads for torch and XLA; medians of {options.repeats}")
+    print(f"CPU: {cpu()}")
     probe = summing(BANDWIDTH_BYTES)
     print(f"{'':<18}{'eager ms':>10}{'ours ms':>9}{'x eager':>9}{'x f32':>7}{'MB read':>9}{'roofline':>10}"
           f"{'x roofline':>12}{'tokens':>9}{'|dlogit|':>10}{'margin':>9}")
-    baseline = None
+    baseline, forms = None, []
     for label, config in SCHEMES.items():
         recipe, artifact = quantized(model, config, cache)
+        if config is Int8DynamicActivationInt8WeightConfig:
+            forms.append("uint8 x int8 (VNNI without AMX), rewritten as int8 x int8 for XLA"
+                         if has_uint8_activations(artifact.stablehlo_text) else "int8 x int8")
         runs = {"eager": runner_loop(recipe, prompt, reset_module), "ours": runner_loop(artifact, prompt, reset_artifact)}
         (eager_ms, eager_tokens), (ours_ms, ours_tokens), seconds = decode_ms(runs, probe, options)
         read = read_bytes(artifact)
@@ -94,6 +103,7 @@ def main(options: argparse.Namespace) -> None:
               f"{read / 1e6:>9.0f}{roofline_ms:>10.2f}{ours_ms / roofline_ms:>12.2f}"
               f"{same - PROMPT:>6}/{options.new_tokens}{difference:>10.1e}{margin:>9.1e}")
     print(f"bandwidth (XLA, sum of {BANDWIDTH_BYTES // 1024 ** 2} MB): {BANDWIDTH_BYTES / seconds / 1e9:.1f} GB/s")
+    print(f"int8 dynamic products on this CPU (torchao's form): {', '.join(forms)}")
     product_forms((512, 2048) if options.small else (4096, 8192), options.repeats)
 
 
@@ -105,6 +115,15 @@ def quantized(model, config, cache: int):
     recipe = TorchExportableModuleForDecoderOnlyLM(model, batch_size=1, max_cache_len=cache).model
     step = {"input_ids": torch.tensor([[0]]), "cache_position": torch.tensor([0])}
     return recipe, export_to_stablehlo(torch.export.export(recipe, (), step, strict=False))
+
+
+def cpu() -> str:
+    """The CPU's model name and whether it has VNNI and AMX (which pick torchao's int8 product form)."""
+    info = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
+    fields = {key.strip(): value.strip() for key, _, value in (line.partition(":") for line in info.splitlines())}
+    name = fields.get("model name", "unknown")
+    flags = set(fields.get("flags", "").split())
+    return f"{name}, VNNI {'avx512_vnni' in flags or 'avx_vnni' in flags}, AMX {'amx_tile' in flags}"
 
 
 def reset_module(recipe) -> None:
@@ -190,6 +209,8 @@ def product_forms(shape: tuple[int, int], repeats: int) -> None:
         "int8 x int8, 1 row": (int8_dot, row.astype(jnp.int8), int8),
         "int8 x int8, 2 rows": (int8_dot, jnp.concatenate([row, row]).astype(jnp.int8), int8),
         "int8 x int8, 3 rows": (int8_dot, jnp.concatenate([row, row, row]).astype(jnp.int8), int8),
+        "uint8 x int8, 1 row": (int8_dot, row.astype(jnp.uint8), int8),
+        "uint8 x int8, 2 rows": (int8_dot, jnp.concatenate([row, row]).astype(jnp.uint8), int8),
     }
     calls = {}
     for label, (form, x, w) in forms.items():

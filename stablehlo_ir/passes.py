@@ -19,7 +19,8 @@ LEGALIZE_SHAPES = "builtin.module(func.func(shape-legalize-to-stablehlo),canonic
 # quant types (which PJRT refuses) as integer and float math; it emits chlo broadcasts
 LEGALIZE_QUANT = "builtin.module(func.func(stablehlo-legalize-quant-to-math))"
 # what prepare_for_xla does to a module, named in the compile cache's key: change it with the rewrites
-XLA_PREPARATION = "quant types legalized; on CPU, int8 products padded or split into digits (int8_products v1)"
+XLA_PREPARATION = ("quant types legalized; on CPU, int8 products padded or split into digits, uint8 rows as int8 "
+                   "(int8_products v2)")
 
 
 @lru_cache(maxsize=None)

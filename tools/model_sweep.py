@@ -1,5 +1,6 @@
 """The model sweep: every architecture in ``tools.model_table`` exported, converted and run against eager torch,
-written to ``docs/models.md`` and ``docs/models.json`` (``make models``).
+written to ``docs/models.md`` and ``docs/models.json`` (``make models``), with ``tools.generate_sweep``'s
+``export_generate`` table of its causal LMs.
 
     python -m torch_stablehlo.tools.model_sweep                   # every model -> docs/
     python -m torch_stablehlo.tools.model_sweep --only gpt2 vit   # some of them
@@ -38,6 +39,8 @@ from tqdm import tqdm
 from torch_stablehlo.exporter import export_to_stablehlo
 from torch_stablehlo.exporter.tolerances import TOLERANCES
 
+from . import generate_sweep
+from .generate_sweep import reason
 from .model_table import MODELS, ModelEntry
 
 PASSES = ("static", "dynamic", "saved_model")
@@ -67,7 +70,7 @@ def _converted_pass(model, example: dict, dynamic_shapes, checked: dict):
     try:
         program = torch.export.export(model, (), example, strict=False, dynamic_shapes=dynamic_shapes)
     except Exception as error:  # torch's limit: recorded, not ours
-        return {"status": TORCH_EXPORT, "reason": _reason(error)}, None
+        return {"status": TORCH_EXPORT, "reason": reason(error)}, None
     gc.collect()  # earlier models' garbage: a full collection inside the timed call would cost up to a second
     try:
         with _counting_retraces() as retraces:
@@ -75,12 +78,12 @@ def _converted_pass(model, example: dict, dynamic_shapes, checked: dict):
             artifact = export_to_stablehlo(program)
             seconds = time.perf_counter() - start
     except Exception as error:
-        return {"status": ERROR, "stage": "convert", "reason": _reason(error)}, None
+        return {"status": ERROR, "stage": "convert", "reason": reason(error)}, None
     record = {"convert_s": round(seconds, 3), "retraced": bool(retraces)}
     try:
         outputs = pytree.tree_leaves(artifact(**checked))
     except Exception as error:
-        return {**record, "status": ERROR, "stage": "run", "reason": _reason(error)}, None
+        return {**record, "status": ERROR, "stage": "run", "reason": reason(error)}, None
     return {**record, **compare(outputs, _eager(model, checked))}, artifact
 
 
@@ -96,7 +99,7 @@ def _saved_model_pass(artifact, model, inputs: dict, folder: Path) -> dict:
         names = [slot.tensor.name for slot in artifact.signature.user_outputs if slot.tensor is not None]
         outputs = [torch.from_numpy(served[name].numpy()) for name in names]
     except Exception as error:
-        return {"status": ERROR, "reason": _reason(error)}
+        return {"status": ERROR, "reason": reason(error)}
     return compare(outputs, _eager(model, inputs))
 
 
@@ -142,12 +145,6 @@ def _counting_retraces():
         torch.export.ExportedProgram.run_decompositions = original
 
 
-def _reason(error: BaseException) -> str:
-    """The exception's type and its first line, short enough for a table cell."""
-    lines = str(error).strip().splitlines()
-    return f"{type(error).__name__}: {lines[0][:300] if lines else ''}"
-
-
 # -- the sweep -------------------------------------------------------------------------------------
 
 def run_sweep(names: list[str], jobs: int = 1) -> dict[str, dict]:
@@ -175,7 +172,8 @@ def _named_model(name: str):
 
 # -- the report ------------------------------------------------------------------------------------
 
-def markdown(results: dict[str, dict]) -> str:
+def markdown(results: dict[str, dict], generate: dict[str, dict] | None = None) -> str:
+    """The forward-pass table, the passes that did not pass and, where given, ``generate_sweep``'s table."""
     counts = {p: sum(r[p]["status"] == PASSED for r in results.values()) for p in PASSES}
     limits = {p: sum(r[p]["status"] == TORCH_EXPORT for r in results.values()) for p in PASSES}
     rtol, atol = TOLERANCES[torch.float32]
@@ -206,6 +204,8 @@ def markdown(results: dict[str, dict]) -> str:
               "|---|---|---|---|"]
     lines += [f"| {name} | {p} | {record['status']} | {_escape(record.get('reason', ''))} |"
               for name, p, record in problems]
+    if generate:
+        lines += ["", *generate_sweep.markdown(generate)]
     return "\n".join(lines) + "\n"
 
 
@@ -223,11 +223,11 @@ def _escape(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
-def write_report(results: dict[str, dict], out: Path) -> None:
+def write_report(results: dict[str, dict], out: Path, generate: dict[str, dict] | None = None) -> None:
     out.mkdir(parents=True, exist_ok=True)
-    (out / "models.json").write_text(json.dumps({"torch_version": torch.__version__, "models": results}, indent=1)
-                                     + "\n")
-    (out / "models.md").write_text(markdown(results))
+    report = {"torch_version": torch.__version__, "models": results, "generate": generate or {}}
+    (out / "models.json").write_text(json.dumps(report, indent=1) + "\n")
+    (out / "models.md").write_text(markdown(results, generate))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -238,8 +238,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=1, help="worker processes (default: 1)")
     parser.add_argument("--out", type=Path, default=Path("docs"), help="folder to write to (default: docs)")
     options = parser.parse_args(argv)
-    results = run_sweep(options.only or list(MODELS), options.jobs)
-    write_report(results, options.out)
+    names = options.only or list(MODELS)
+    results = run_sweep(names, options.jobs)
+    generate = {name: generate_sweep.sweep_generate(MODELS[name]) for name in generate_sweep.generating_models()
+                if name in names}
+    write_report(results, options.out, generate)
     print(f"wrote {options.out / 'models.md'}: {sum(r['static']['status'] == PASSED for r in results.values())} of "
           f"{len(results)} pass static")
     return 0

@@ -6,6 +6,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Sequence
 
+import numpy as np
 import sympy
 import torch
 import torch.utils._pytree as pytree
@@ -35,18 +36,22 @@ class InputSlot:
     tensor: TensorSpec | None      # None for a non-tensor input that export specialised
     value: object = None           # that specialised value
     sharding: Spec | None = None   # per dim, the mesh axes it is split over (None: left to XLA's propagation)
+    # a keyword input a call may leave out, then ones of the shape and dtype of the user input named here
+    # (a generate program's attention_mask, as model.generate defaults it); None: required
+    ones_like: str | None = None
 
     def to_json(self) -> dict:
         return {"name": self.name, "kind": self.kind, "target": self.target, "value": self.value,
                 "tensor": self.tensor.to_json() if self.tensor else None,
-                "sharding": [list(axes) for axes in self.sharding] if self.sharding is not None else None}
+                "sharding": [list(axes) for axes in self.sharding] if self.sharding is not None else None,
+                **({"ones_like": self.ones_like} if self.ones_like is not None else {})}
 
     @classmethod
     def from_json(cls, data: dict) -> "InputSlot":
         tensor = TensorSpec.from_json(data["tensor"]) if data["tensor"] else None
         sharding = data.get("sharding")
         return cls(data["name"], data["kind"], data["target"], tensor, data["value"],
-                   normalize_spec(sharding) if sharding is not None else None)
+                   normalize_spec(sharding) if sharding is not None else None, data.get("ones_like"))
 
 
 @dataclass(frozen=True)
@@ -212,6 +217,7 @@ class Signature:
             raise InputError(f"expected {expected_positional} positional input(s), got {len(args)} "
                              f"(inputs: {', '.join(s.name for s in self.user_inputs)})")
         expected_keys = list(in_spec.child(1).context) if in_spec.num_children == 2 else []
+        kwargs = self._with_defaults(args, kwargs, expected_keys)
         unknown = sorted(set(kwargs) - set(expected_keys))
         missing = [k for k in expected_keys if k not in kwargs]
         if unknown or missing:
@@ -226,6 +232,19 @@ class Signature:
             if slot.tensor is None and value != slot.value:
                 raise InputError(f"input '{slot.name}' was specialised to {slot.value!r} at export; got {value!r}")
         return [value for slot, value in zip(self.user_inputs, flat) if slot.tensor is not None]
+
+    def _with_defaults(self, args: tuple, kwargs: dict, expected_keys: list) -> dict:
+        """``kwargs`` with each left-out keyword input that has a default (``InputSlot.ones_like``) filled in: ones
+        like the input it names (a torch tensor for a torch tensor, else a numpy array)."""
+        given = {**dict(zip(self.arg_names, args)), **kwargs}
+        defaults = {}
+        for slot in self.user_inputs:
+            source = given.get(slot.ones_like)
+            if slot.ones_like is not None and slot.name in expected_keys and slot.name not in kwargs \
+                    and source is not None:
+                defaults[slot.name] = torch.ones_like(source) if isinstance(source, torch.Tensor) else \
+                    np.ones(np.shape(source), np.asarray(source).dtype)
+        return {**kwargs, **defaults}
 
     def _positional_by_name(self, args: tuple, kwargs: dict, count: int) -> tuple[tuple, dict]:
         """``(args, kwargs)`` with the positional parameters a call names (``art(x=x, idx=idx)``, as eager takes

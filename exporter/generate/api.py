@@ -16,16 +16,19 @@ PROMPT_DIM = "prompt"
 
 
 def export_generate(model, input_ids: torch.Tensor, max_new_tokens: int = 64, max_cache_len: int | None = None,
-                    attention_mask: torch.Tensor | None = None, do_sample: bool = False, temperature: float = 1.0,
-                    top_k: int | None = None, top_p: float | None = None, eos_token_id=None,
+                    attention_mask: torch.Tensor | None = None, do_sample: bool | None = None,
+                    temperature: float | None = None, top_k: int | None = None, top_p: float | None = None,
+                    eos_token_id=None,
                     pad_token_id: int | None = None, *, max_source_len: int | None = None) -> GenerateArtifact:
     """``model.generate`` (a transformers causal LM in eval mode, its layers full or sliding-window attention) as one
     program: the prompt through the model, then one ``stablehlo.while`` over the new tokens that stops once every row
     has produced an eos, the KV cache made and updated inside. Prompts of any length up to ``max_cache_len -
     max_new_tokens`` (``max_cache_len=None``: the example's length plus ``max_new_tokens``, rounded up to a
-    multiple of 64) run through it, at the example's batch size. Greedy unless ``do_sample``; sampling draws
-    from the artifact's seed (``art.manual_seed``). ``eos_token_id`` (an id or a list) and ``pad_token_id``
-    default to ``model.generation_config``'s, whose other settings are honoured or refused (``settings.py``).
+    multiple of 64) run through it, at the example's batch size. ``do_sample``, ``temperature``, ``top_k`` and
+    ``top_p`` as ``model.generate`` takes them: each one not given is ``model.generation_config``'s, else
+    generate's default (greedy; ``settings.resolve_sampling``); sampling draws from the artifact's seed
+    (``art.manual_seed``). ``eos_token_id`` (an id or a list) and ``pad_token_id`` default to
+    ``model.generation_config``'s too, whose other settings are honoured or refused (``settings.py``).
     An encoder-decoder goes to ``seq2seq.export_seq2seq_generate`` (``input_ids`` is its source, of up to
     ``max_source_len`` tokens), which alone takes ``max_source_len``."""
     if model.training:

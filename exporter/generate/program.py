@@ -22,7 +22,9 @@ class GenerateArtifact(StableHLOArtifact):
     are done). ``Seq2SeqGenerateArtifact`` is an encoder-decoder's.
 
     A bundle of it (``save``) loads as a plain artifact, called ``loaded(input_ids, attention_mask=mask)``. Where it
-    samples, its SavedModel and JAX model take a ``seed`` (see ``formats.saved_model`` and ``formats.jax_handoff``)."""
+    samples, its SavedModel and JAX model take a ``seed`` (see ``formats.saved_model`` and ``formats.jax_handoff``).
+    Every entry point but the SavedModel (whose signatures take every input) defaults ``attention_mask`` to ones,
+    as ``model.generate`` does: the signature says so (``InputSlot.ones_like``)."""
 
     def __init__(self, stablehlo_text: str, signature: Signature, weights: dict, settings: GenerationSettings,
                  *, platform: str = "cpu"):
@@ -32,8 +34,8 @@ class GenerateArtifact(StableHLOArtifact):
     def __call__(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
         check_tokens(input_ids, attention_mask)
         self.check_inputs(input_ids, attention_mask)
-        mask = torch.ones_like(input_ids) if attention_mask is None else attention_mask.to(torch.int64)
-        return super().__call__(input_ids, attention_mask=mask)
+        mask = {} if attention_mask is None else {"attention_mask": attention_mask.to(torch.int64)}
+        return super().__call__(input_ids, **mask)
 
     def check_inputs(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> None:
         """Raises InputError unless the prompt fits the cache and ``attention_mask`` left-pads it."""
@@ -85,12 +87,13 @@ def traced_inputs(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tupl
 def generate_signature(weight_slots: list[InputSlot], batch: int, settings: GenerationSettings, dim: str,
                        max_len: int, sequences) -> Signature:
     """``@main``'s calling convention: the weights, ``input_ids`` and ``attention_mask`` [batch, ``dim``] (int64,
-    ``dim`` from 1 to ``max_len``), ``rng_seed`` where it samples; one output, ``sequences`` [batch,
-    ``sequences``] (a column count, or an expression of ``dim``)."""
+    ``dim`` from 1 to ``max_len``; a call may leave out the mask: ones), ``rng_seed`` where it samples; one
+    output, ``sequences`` [batch, ``sequences``] (a column count, or an expression of ``dim``)."""
     example = torch.zeros(batch, 1, dtype=torch.int64)
-    inputs = [*weight_slots] + [InputSlot(name, "user_input", name, TensorSpec(name, "int64", (batch, dim)))
-                                for name in INPUT_NAMES]
-    if settings.do_sample:
+    ids, mask = INPUT_NAMES
+    inputs = [*weight_slots, InputSlot(ids, "user_input", ids, TensorSpec(ids, "int64", (batch, dim))),
+              InputSlot(mask, "user_input", mask, TensorSpec(mask, "int64", (batch, dim)), ones_like=ids)]
+    if settings.sampling.do_sample:
         inputs.append(RNG_SEED_SLOT)
     output = TensorSpec("sequences", "int64", (batch, sequences))
     in_spec = pytree.tree_flatten(((example,), {"attention_mask": example}))[1]

@@ -2,8 +2,8 @@
 checked and resolved before anything is traced.
 
 ``model.generate`` reads its ``generation_config`` for everything not passed explicitly. Every setting there that
-changes which tokens come out is either honoured here (``HONOURED``) or refused with an error naming it
-(``REFUSED``); none is silently ignored. Sampling is set by ``export_generate``'s own arguments only.
+changes which tokens come out is either honoured here (``HONOURED``, and the sampling settings of
+``resolve_sampling``) or refused with an error naming it (``REFUSED``); none is silently ignored.
 """
 from __future__ import annotations
 
@@ -22,9 +22,50 @@ REFUSED = {"num_beams": 1, "num_return_sequences": 1, "penalty_alpha": None, "do
            "epsilon_cutoff": 0.0, "eta_cutoff": 0.0, "top_h": None, "renormalize_logits": False,
            "remove_invalid_values": False, "prompt_lookup_num_tokens": None, "use_mtp": False, "token_healing": False}
 
+# generate's own values for the sampling settings neither the call nor the generation_config sets
+# (GenerationConfig._get_default_generation_params): top-k 50 included
+SAMPLING_DEFAULTS = {"do_sample": False, "temperature": 1.0, "top_k": 50, "top_p": 1.0}
+
 CACHE_ROUNDING = 64  # max_cache_len=None: the example prompt + max_new_tokens, rounded up to a multiple of this
 TRACED_PROMPT_LEN = 2  # the shortest prompt the prefill is traced with (torch.export fixes a dim of size 1)
 START_TOKENS = 1  # an encoder-decoder's decoder prompt: its start token, at column 0
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """How the next token is chosen: greedy, or drawn from softmax(scores / temperature) cut to the top-k, then
+    top-p, tokens (None: no cut)."""
+    do_sample: bool = False
+    temperature: float = 1.0
+    top_k: int | None = None
+    top_p: float | None = None
+
+
+def resolve_sampling(generation_config, do_sample: bool | None = None, temperature: float | None = None,
+                     top_k: int | None = None, top_p: float | None = None) -> Sampling:
+    """The sampling ``model.generate`` does for these arguments: each one given (not None) wins, else
+    ``generation_config``'s value, else generate's default (``SAMPLING_DEFAULTS``: greedy; when sampling,
+    temperature 1.0, top-k 50, top-p 1.0). Greedy ignores the config's temperature, top-k and top-p (as
+    ``generate``) but refuses them passed explicitly (other than generate's defaults); top-k 0 and top-p 1.0
+    mean no cut. Raises ValueError naming a setting out of range. One rule for every program that chooses
+    tokens (``export_generate`` and the serving engine)."""
+    given = {"do_sample": do_sample, "temperature": temperature, "top_k": top_k, "top_p": top_p}
+    value = {name: next(v for v in (given[name], getattr(generation_config, name, None), default) if v is not None)
+             for name, default in SAMPLING_DEFAULTS.items()}
+    if not value["do_sample"]:
+        changed = {k: v for k, v in given.items() if k != "do_sample" and v not in (None, SAMPLING_DEFAULTS[k])}
+        if changed:
+            raise ValueError(f"{', '.join(f'{k}={v!r}' for k, v in changed.items())} only apply when sampling: "
+                             "pass do_sample=True, or leave them unset for greedy decoding")
+        return Sampling()
+    temperature, top_k, top_p = value["temperature"], value["top_k"], value["top_p"]
+    if not (isinstance(temperature, (int, float)) and temperature > 0):
+        raise ValueError(f"temperature must be > 0 when sampling, got {temperature!r}")
+    if not (isinstance(top_k, int) and top_k >= 0):
+        raise ValueError(f"top_k must be a non-negative int (0: no cut), got {top_k!r}")
+    if not (isinstance(top_p, (int, float)) and 0 < top_p <= 1):
+        raise ValueError(f"top_p must be in (0, 1] (1: no cut), got {top_p!r}")
+    return Sampling(True, float(temperature), int(top_k) or None, None if top_p == 1 else float(top_p))
 
 
 @dataclass(frozen=True)
@@ -43,10 +84,7 @@ class GenerationSettings:
     forced_bos_token_id: int | None = None
     forced_eos_token_ids: tuple[int, ...] = ()
     decoder_start_token_id: int | None = None  # an encoder-decoder's first decoder token (None: decoder-only)
-    do_sample: bool = False
-    temperature: float = 1.0
-    top_k: int | None = None
-    top_p: float | None = None
+    sampling: Sampling = Sampling()
 
     @property
     def max_prompt_len(self) -> int:
@@ -55,10 +93,11 @@ class GenerationSettings:
 
 
 def resolve_settings(generation_config, prompt_len: int, vocab_size: int, *, max_new_tokens: int, max_cache_len,
-                     do_sample: bool, temperature: float, top_k, top_p, eos_token_id, pad_token_id,
+                     do_sample: bool | None, temperature: float | None, top_k, top_p, eos_token_id, pad_token_id,
                      encoder_decoder: bool = False) -> GenerationSettings:
     """The settings of one generate program; raises ValueError naming each refused or impossible setting.
-    ``encoder_decoder``: the decoder starts from ``decoder_start_token_id`` alone (``prompt_len`` is the source's)."""
+    ``encoder_decoder``: the decoder starts from ``decoder_start_token_id`` alone (``prompt_len`` is the source's).
+    The sampling arguments: ``resolve_sampling``'s."""
     refused = [f"{name}={getattr(generation_config, name)!r}" for name, neutral in REFUSED.items()
                if getattr(generation_config, name, None) not in (None, neutral)]
     if refused:
@@ -71,7 +110,7 @@ def resolve_settings(generation_config, prompt_len: int, vocab_size: int, *, max
     pad = pad_token_id if pad_token_id is not None else generation_config.pad_token_id
     if pad is None:  # as model.generate: the first eos pads the rows that have finished
         pad = eos[0] if eos else 0
-    _check_sampling(do_sample, temperature, top_k, top_p)
+    sampling = resolve_sampling(generation_config, do_sample, temperature, top_k, top_p)
     start = _decoder_start(generation_config) if encoder_decoder else None
     bad_words = tuple(tuple(int(t) for t in word) for word in (generation_config.bad_words_ids or ())
                       if list(word) not in [[e] for e in eos])  # as transformers: a lone eos is never banned
@@ -89,8 +128,7 @@ def resolve_settings(generation_config, prompt_len: int, vocab_size: int, *, max
         no_repeat_ngram_size=int(generation_config.no_repeat_ngram_size or 0), bad_words_ids=bad_words,
         suppress_tokens=tuple(int(t) for t in generation_config.suppress_tokens or ()),
         forced_bos_token_id=None if forced_bos is None else int(forced_bos), forced_eos_token_ids=forced_eos,
-        decoder_start_token_id=start, do_sample=bool(do_sample), temperature=float(temperature), top_k=top_k,
-        top_p=top_p)
+        decoder_start_token_id=start, sampling=sampling)
 
 
 def _cache_len(prompt_len: int, max_new_tokens: int, max_cache_len, encoder_decoder: bool) -> int:
@@ -107,19 +145,6 @@ def _cache_len(prompt_len: int, max_new_tokens: int, max_cache_len, encoder_deco
         raise ValueError(f"max_cache_len={max_cache_len} cannot hold {held} and max_new_tokens={max_new_tokens}; "
                          f"give at least {room}")
     return int(max_cache_len)
-
-
-def _check_sampling(do_sample: bool, temperature: float, top_k, top_p) -> None:
-    if do_sample:
-        if not temperature > 0:
-            raise ValueError(f"temperature must be > 0 when sampling, got {temperature!r}")
-        if top_k is not None and not (isinstance(top_k, int) and top_k >= 1):
-            raise ValueError(f"top_k must be a positive int or None, got {top_k!r}")
-        if top_p is not None and not 0 < top_p <= 1:
-            raise ValueError(f"top_p must be in (0, 1] or None, got {top_p!r}")
-    elif (temperature, top_k, top_p) != (1.0, None, None):
-        raise ValueError(f"temperature={temperature!r}, top_k={top_k!r}, top_p={top_p!r} only apply when sampling: "
-                         "pass do_sample=True, or leave them at 1.0, None, None for greedy decoding")
 
 
 def _decoder_start(generation_config) -> int:

@@ -22,7 +22,7 @@ import torch
 from transformers.cache_utils import Cache, StaticLayer, get_layer_types_and_kwargs
 from transformers.configuration_utils import get_head_shapes
 
-from .settings import GenerationSettings
+from .settings import GenerationSettings, Sampling
 
 
 class CarriedLayer(StaticLayer):
@@ -78,9 +78,18 @@ def cache_shapes(model, batch: int, max_cache_len: int) -> list[tuple[int, ...]]
     if other:
         raise NotImplementedError(f"export_generate handles decoders whose layers use full or sliding-window "
                                   f"attention; this model has {', '.join(other)} layers")
-    heads, head_dim = get_head_shapes(config)
-    per_layer = zip(_per_layer(heads, len(layer_types)), _per_layer(head_dim, len(layer_types)))
+    head_dim = get_head_shapes(config)[1]
+    per_layer = zip(kv_heads(config, len(layer_types)), _per_layer(head_dim, len(layer_types)))
     return [carried_shape((batch, h, max_cache_len, d)) for h, d in per_layer for _ in ("keys", "values")]
+
+
+def kv_heads(config, layers: int) -> list[int]:
+    """Each layer's key and value heads: transformers' count (``get_head_shapes``), but one for Falcon's classic
+    multi-query attention, whose config counts query heads (``FalconAttention`` uses a single key and value head
+    when ``multi_query`` and not ``new_decoder_architecture``)."""
+    if getattr(config, "multi_query", False) and not getattr(config, "new_decoder_architecture", True):
+        return [1] * layers
+    return _per_layer(get_head_shapes(config)[0], layers)
 
 
 def _per_layer(value, layers: int) -> list[int]:
@@ -101,8 +110,8 @@ class Step(torch.nn.Module):
         carried state after it."""
         settings = self.settings
         scores = self.processed(logits, tokens, column, prompt_len)
-        if settings.do_sample:
-            chosen = sampled(scores, settings)
+        if settings.sampling.do_sample:
+            chosen = sampled(scores, settings.sampling)
         else:
             chosen = scores.argmax(-1)
         pad = torch.full_like(chosen, settings.pad_token_id)
@@ -187,17 +196,17 @@ def repeated_ngram_ends(tokens, column, size: int, vocab: int) -> torch.Tensor:
     return banned.scatter(1, torch.where(matches, windows[..., -1], spare), True)[:, :vocab]
 
 
-def sampled(scores, settings: GenerationSettings) -> torch.Tensor:
+def sampled(scores, sampling: Sampling) -> torch.Tensor:
     """One token per row drawn from softmax(scores / temperature) restricted to the top-k, then top-p, set
     (transformers' warpers), by the Gumbel-max trick."""
-    scores = scores / settings.temperature
-    if settings.top_k is not None and settings.top_k < scores.shape[1]:
-        kth = torch.topk(scores, settings.top_k).values[:, -1:]
+    scores = scores / sampling.temperature
+    if sampling.top_k is not None and sampling.top_k < scores.shape[1]:
+        kth = torch.topk(scores, sampling.top_k).values[:, -1:]
         scores = scores.masked_fill(scores < kth, float("-inf"))
-    if settings.top_p is not None and settings.top_p < 1.0:
+    if sampling.top_p is not None and sampling.top_p < 1.0:
         ascending, order = torch.sort(scores, descending=False)
         cumulative = ascending.softmax(-1).cumsum(-1)
-        drop = cumulative <= 1 - settings.top_p
+        drop = cumulative <= 1 - sampling.top_p
         drop[:, -1] = False  # the most likely token always stays
         scores = scores.masked_fill(torch.zeros_like(drop).scatter(1, order, drop), float("-inf"))
     uniform = torch.rand_like(scores).clamp(min=torch.finfo(scores.dtype).tiny)
@@ -209,7 +218,7 @@ class CausalStep(Step):
 
     def run_model(self, input_ids, padding, positions, offset, caches):
         """Last-position logits (float32) and the new caches, for ``input_ids`` written at columns ``offset``, ..."""
-        heads = _per_layer(get_head_shapes(self.model.config.get_text_config(decoder=True))[0], len(caches) // 2)
+        heads = kv_heads(self.model.config.get_text_config(decoder=True), len(caches) // 2)
         layers = [CarriedLayer(caches[2 * i], caches[2 * i + 1], offset, input_ids.shape[0], heads[i])
                   for i in range(len(caches) // 2)]
         cache = Cache(layers=layers)

@@ -6,12 +6,16 @@ wrong columns, changes the tokens. Tiny models from configs with seeded random w
 (``initializer_range``) so greedy decoding does not settle on one token."""
 import pytest
 import torch
-from transformers import (Gemma2Config, Gemma2ForCausalLM, Gemma3ForCausalLM, Gemma3TextConfig, MistralConfig,
-                          MistralForCausalLM, Phi3Config, Phi3ForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen3Config,
-                          Qwen3ForCausalLM)
+from transformers import (FalconConfig, FalconForCausalLM, Gemma2Config, Gemma2ForCausalLM, Gemma3ForCausalLM,
+                          Gemma3TextConfig, MistralConfig, MistralForCausalLM, Phi3Config, Phi3ForCausalLM, Qwen2Config,
+                          Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM)
 
 from torch_stablehlo import exporter
+from torch_stablehlo.tools.generate_sweep import PASSED, REFUSED, generating_models, sweep_generate
+from torch_stablehlo.tools.model_table import MODELS
 from tests.support import left_padded_prompts
+
+from ..conftest import full_sweep
 
 VOCAB = 128
 NEW_TOKENS = 24
@@ -30,7 +34,19 @@ FAMILIES = {
     "qwen2": (Qwen2ForCausalLM, Qwen2Config, dict(tie_word_embeddings=True)),
     "qwen3": (Qwen3ForCausalLM, Qwen3Config, dict(head_dim=16)),
     "phi3": (Phi3ForCausalLM, Phi3Config, {}),
+    # Falcon-7B's classic multi-query attention: one key/value head, though its config counts 4
+    "falcon_mqa": (FalconForCausalLM, FalconConfig, dict(multi_query=True, new_decoder_architecture=False,
+                                                         parallel_attn=True)),
 }
+# tools.generate_sweep over model_table's causal LMs: this sample in make test, every one under --full-sweep
+SWEEP_SAMPLE = ["gpt2"]  # (falcon, its classic multi-query attention, is falcon_mqa above)
+# model -> the reason export_generate gives (docs/models.md's generate table): state-space layers carry no KV cache
+SWEEP_REFUSALS = {"mamba": "this model has linear_attention layers", "mamba2": "this model has linear_attention layers"}
+
+
+def pytest_generate_tests(metafunc):
+    if metafunc.function.__name__ == "test_sweep_model_generates_like_generate":
+        metafunc.parametrize("name", generating_models() if full_sweep(metafunc.config) else SWEEP_SAMPLE)
 
 
 @pytest.fixture(scope="module")
@@ -69,3 +85,12 @@ def test_layers_without_a_carried_cache_are_refused(padded_batch):
     with pytest.raises(NotImplementedError, match="full or sliding-window attention; this model has "
                                                   "chunked_attention layers"):
         exporter.export_generate(model, ids, max_new_tokens=4, attention_mask=mask)
+
+
+def test_sweep_model_generates_like_generate(name):
+    """Token-exact with generate for one prompt and a left-padded batch, or refused for the stated reason."""
+    results = sweep_generate(MODELS[name])
+    if name in SWEEP_REFUSALS:
+        assert all(r["status"] == REFUSED and SWEEP_REFUSALS[name] in r["reason"] for r in results.values()), results
+    else:
+        assert all(r["status"] == PASSED for r in results.values()), results
