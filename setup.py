@@ -9,7 +9,7 @@ Everything else about the package is in ``pyproject.toml``.
 from setuptools import find_packages, setup
 
 NAMESPACE = "torch_stablehlo"
-FOLDERS = ["exporter", "aten_lowerings", "quantize", "runtime", "stablehlo_ir", "golden", "tools"]
+FOLDERS = ["exporter", "aten_lowerings", "quantize", "runtime", "stablehlo_ir", "golden", "tools", "serving"]
 
 setup(
     package_dir={NAMESPACE: NAMESPACE, **{f"{NAMESPACE}.{folder}": folder for folder in FOLDERS}},

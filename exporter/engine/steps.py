@@ -126,12 +126,12 @@ class EngineGenerate(CausalStep):
 
 
 class EngineShift(torch.nn.Module):
-    """Every row moved ``by`` columns to the left (the columns shifted in repeat the last one); the cursor and the
+    """Every row moved ``by`` columns to the left (right where negative; the columns shifted in repeat the edge one); the cursor and the
     slots' last columns with them. Positions and windows are counted over the padding, so nothing else changes."""
 
     def forward(self, state: DecodeState, by):
         length = state.tokens.shape[1]
-        source = (torch.arange(length, device=by.device) + by).clamp(max=length - 1)
+        source = (torch.arange(length, device=by.device) + by).clamp(0, length - 1)
         return state._replace(
             tokens=state.tokens.index_select(1, source), cursor=state.cursor - by,
             padding=state.padding.index_select(1, source), last_column=state.last_column - by,
