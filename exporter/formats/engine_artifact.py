@@ -108,8 +108,9 @@ class EngineArtifact:
         return EngineRunner(self, platform)
 
     def to_jax(self) -> dict:
-        """One ``JaxModel`` per entry point (its ``.exported`` a ``jax.export.Exported``; ``apply(weights,
-        *leaves)`` takes the flat leaves of its typed inputs, as ``EngineRunner`` passes them)."""
+        """One ``JaxModel`` per entry point (its ``.exported`` a ``jax.export.Exported`` over the weights and the
+        flat leaves of its inputs); called, it takes and returns the typed structures of ``engine.state`` as plain
+        nested tuples in field order (``DecodeState(*result)`` names them again)."""
         return {name: entry.to_jax() for name, entry in self.entry_points.items()}
 
     def save(self, path: str | os.PathLike) -> Path:
