@@ -39,19 +39,37 @@ def uniform_rows(seed: torch.Tensor, counter: torch.Tensor, vocab_size: int) -> 
 
 
 def choose_rows(logits: torch.Tensor, sampling: Sampling, counter: torch.Tensor) -> torch.Tensor:
-    """One token per row: the argmax where the row is greedy, else a draw from softmax(logits / temperature)
-    restricted to the row's top-k, then top-p, tokens (transformers' warpers) by the Gumbel-max trick, with the
-    row's random numbers (``uniform_rows`` of its seed and ``counter``)."""
+    """One token per row: the argmax where the row is greedy, else a draw (``drawn``). The draw, a sort of the
+    vocabulary per row, is made only where some row samples (``torch.cond``: a ``stablehlo.case``)."""
+    greedy = logits.argmax(-1)
+    return torch.cond(sampling.do_sample.any(), lambda: torch.where(sampling.do_sample, drawn(logits, sampling,
+                                                                                            counter), greedy),
+                      lambda: greedy.clone(), ())
+
+
+def drawn(logits: torch.Tensor, sampling: Sampling, counter: torch.Tensor) -> torch.Tensor:
+    """Per row, a draw from softmax(logits / temperature) restricted to the row's top-k, then top-p, tokens
+    (transformers' warpers) by the Gumbel-max trick, with the row's random numbers (``uniform_rows`` of its seed
+    and ``counter``)."""
     vocab = logits.shape[1]
     scores, order = torch.sort(logits / sampling.temperature.unsqueeze(1), dim=1, descending=True)
     rank = torch.arange(vocab, device=logits.device)
     scores = scores.masked_fill(rank >= sampling.top_k.unsqueeze(1), float("-inf"))
     probabilities = scores.softmax(-1)
-    before = probabilities.cumsum(-1) - probabilities  # the mass of the more likely tokens
+    before = prefix_sums(probabilities) - probabilities  # the mass of the more likely tokens
     scores = scores.masked_fill((before >= sampling.top_p.unsqueeze(1)) & (rank > 0), float("-inf"))
     uniform = uniform_rows(sampling.seed, counter, vocab).gather(1, order)
-    drawn = order.gather(1, (scores - torch.log(-torch.log(uniform))).argmax(-1, keepdim=True)).squeeze(1)
-    return torch.where(sampling.do_sample, drawn, logits.argmax(-1))
+    return order.gather(1, (scores - torch.log(-torch.log(uniform))).argmax(-1, keepdim=True)).squeeze(1)
+
+
+def prefix_sums(x: torch.Tensor) -> torch.Tensor:
+    """Inclusive sums along the last dim in log2(n) shifted adds (``cumsum`` lowers to a window as wide as the
+    row: n**2 adds, seconds for a vocabulary)."""
+    shift = 1
+    while shift < x.shape[-1]:
+        x = x + torch.nn.functional.pad(x[..., :-shift], (shift, 0))
+        shift *= 2
+    return x
 
 
 class EnginePrefill(CausalStep):
