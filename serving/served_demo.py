@@ -3,7 +3,7 @@ loaded back and served by ``Engine`` to a few concurrent requests of different l
 slots than requests; each request's tokens equal transformers' ``generate`` on its prompt alone, and the engine's
 tokens/s stands beside that of ``generate`` serving the same requests one at a time.
 
-    python -m torch_stablehlo.serving.demo [--out DIR]
+    python -m torch_stablehlo.serving.served_demo [--out DIR]
 """
 from __future__ import annotations
 
