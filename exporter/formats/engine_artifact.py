@@ -162,11 +162,8 @@ def load_engine(path: str | os.PathLike, platform: str = "cpu") -> EngineArtifac
 
 
 def _sha256(file: Path) -> str:
-    digest = hashlib.sha256()
     with open(file, "rb") as stream:
-        for block in iter(lambda: stream.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+        return hashlib.file_digest(stream, "sha256").hexdigest()
 
 
 class EngineRunner:
