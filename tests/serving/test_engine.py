@@ -172,3 +172,16 @@ def test_to_jax_entry_points_driven_by_a_loop(setup):
                 made[slot].append(int(tokens[slot]))
     padded = [e[:8] + [0] * (8 - len(e[:8])) for e in expected[:2]]  # the pad token (0) after a slot's eos
     assert [made[0], made[1]] == padded
+
+
+def test_the_state_is_donated_to_each_call(setup):
+    """Every leaf of the decode state passed to insert, generate and shift is consumed (its buffer reused for the
+    new state), never kept beside a copy."""
+    artifact = setup[1]
+    runner = artifact.runner()
+    sampling = sampling_rows(1, VOCAB)
+    for call in (lambda: runner.insert(0, 3, 8, sampling, runner.prefill([5, 6, 7], sampling)), runner.generate,
+                 lambda: runner.shift(2)):
+        before = list(runner._state)
+        call()
+        assert all(leaf.is_deleted() for leaf in before)
