@@ -21,6 +21,7 @@ $(STAMP): pyproject.toml constraints.txt
 
 demo: $(STAMP)
 	$(PY) -m torch_stablehlo.golden.demo
+	$(PY) -m torch_stablehlo.serving.served_demo
 
 test: $(STAMP)
 	$(PY) -m pytest -n auto --dist loadgroup -q --durations=25

@@ -4,7 +4,9 @@ import importlib
 from typing import TYPE_CHECKING
 
 from .api import export_to_stablehlo
-from .formats.artifact import StableHLOArtifact, load_artifact
+from .formats.artifact import StableHLOArtifact
+from .formats.engine_artifact import EngineArtifact
+from .formats.loading import load_artifact
 from .divergence import Divergence, find_divergence
 from .formats.iree import compile_for_iree, iree_module
 from .errors import (BundleError, BundleVersionError, ExportError, InputError, LoweringError, ShardingError,
@@ -20,12 +22,13 @@ if TYPE_CHECKING:  # what static tools see (at run time, __getattr__ below)
 __all__ = ["export_to_stablehlo", "load_artifact", "StableHLOArtifact", "find_divergence", "Divergence",
            "scan_layers", "iree_module", "compile_for_iree", "mark_sharding", "tensor_parallel_shardings", "ExportError", "LoweringError",
            "UnsupportedOpsError", "InputError", "BundleError", "BundleVersionError", "WeightsError",
-           "ShardingError", "MeshError", "export_generate", "GenerateArtifact", "lowering", "scoped_lowering", "composite"]
-_NEEDS_TRANSFORMERS = ("export_generate", "GenerateArtifact")
+           "ShardingError", "MeshError", "export_generate", "GenerateArtifact", "export_engine", "EngineArtifact", "lowering", "scoped_lowering", "composite"]
+_NEEDS_TRANSFORMERS = {"export_generate": ".generate", "GenerateArtifact": ".generate", "export_engine": ".engine.api"}
 
 
 def __getattr__(name: str):
-    """``export_generate`` and ``GenerateArtifact``, imported on first use: they need transformers."""
+    """``export_generate``, ``GenerateArtifact`` and ``export_engine``, imported on first use: they need
+    transformers."""
     if name in _NEEDS_TRANSFORMERS:
-        return getattr(importlib.import_module(".generate", __name__), name)
+        return getattr(importlib.import_module(_NEEDS_TRANSFORMERS[name], __name__), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

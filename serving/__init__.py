@@ -1,14 +1,6 @@
-"""Serving: the continuous-batching Engine over an exported engine bundle, and the servers that drive it.
+"""Serving an exported engine: ``Engine`` (continuous batching on a scheduler thread over
+``exporter.export_engine``'s artifact), the requests it streams (``Request``) and its errors."""
+from .engine import Engine
+from .requests import QueueFull, Request, RequestError
 
-On the server branch this file holds only the two errors the servers map to HTTP statuses; the engine branch
-owns this module (``Engine``, ``RequestError``, ``QueueFull``): at merge its version replaces this one.
-The servers (``openai_api``, ``launch``, ``ray_serve``) need the ``serve`` extra and are not imported here.
-"""
-
-
-class RequestError(ValueError):
-    """A request the engine refuses (empty prompt, prompt too long, token outside the vocabulary, ...)."""
-
-
-class QueueFull(RuntimeError):
-    """The engine's queue of waiting requests is full: try again later."""
+__all__ = ["Engine", "Request", "RequestError", "QueueFull"]

@@ -116,9 +116,10 @@ class GenerationRequest(BaseModel):
     def sampling(self) -> dict[str, Any]:
         """``Engine.submit``'s sampling arguments: None leaves the model's generation_config to decide;
         temperature 0 is greedy, as OpenAI's is."""
-        do_sample = None if self.temperature is None else self.temperature > 0
-        return {"do_sample": do_sample, "temperature": self.temperature or None, "top_k": self.top_k,
-                "top_p": self.top_p, "seed": self.seed}
+        if self.temperature == 0:  # greedy: OpenAI ignores the cuts there (the engine refuses them with greedy)
+            return {"do_sample": False, "temperature": None, "top_k": None, "top_p": None, "seed": self.seed}
+        return {"do_sample": None if self.temperature is None else True, "temperature": self.temperature,
+                "top_k": self.top_k, "top_p": self.top_p, "seed": self.seed}
 
 
 class CompletionRequest(GenerationRequest):

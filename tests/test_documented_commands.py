@@ -105,7 +105,7 @@ MODULE_ARGS = {
     "serving": (["--only", "mlp"], "one small model"),
     "model_sweep": (["--only", "gpt2", "--out", "models-report"], "one small model, into this folder, not docs"),
 }
-SLOW_MODULES = {"serving", "model_sweep"}  # a SavedModel, saved_model_cli and a second process per model: ~15 s of CPU
+SLOW_MODULES = {"serving", "model_sweep", "served_demo"}  # served_demo: an engine's four exports, ~40 s of CPU  # a SavedModel, saved_model_cli and a second process per model: ~15 s of CPU
 AS_WRITTEN_TOO = {"demo"}  # also run as written, among the slow ones (make demo: GPT-2 12-layer and the export_generate part)
 BENCH_ARGS = {
     "convert_speed.py": ["--small"],
@@ -119,11 +119,12 @@ BENCH_ARGS = {
     "generate_speed.py": ["--small", "--repeats", "1"],
     "load_trust.py": ["--model", "mlp", "--repeats", "1"],
     "quantized_decode_speed.py": ["--small", "--repeats", "1", "--new-tokens", "4"],
+    "serve_load.py": ["--small", "--requests", "4"],
 }
 # bench scripts make test leaves to CI's second step and make check-commands: 8 to 25 s of CPU each (fresh
 # processes, compiles), where make test has about a minute and a half for all of this module and test_packaging
 SLOW_BENCH = {"multi_gb_export.py", "convert_speed.py", "scan_layers.py", "compile_cache.py", "sharding.py",
-              "decode_speed.py", "generate_speed.py", "quantized_decode_speed.py", "load_trust.py"}
+              "decode_speed.py", "generate_speed.py", "quantized_decode_speed.py", "load_trust.py", "serve_load.py"}
 COVERAGE_ARGS = ["--ops", "abs,nn.functional.relu", "--jobs", "1", "--out", "coverage-report"]
 
 

@@ -70,7 +70,12 @@ CACHED_LAYER_TYPES = ("full_attention", "sliding_attention")
 
 
 def cache_shapes(model, batch: int, max_cache_len: int) -> list[tuple[int, ...]]:
-    """The carried shape of each cache tensor: keys and values per layer, each ``max_cache_len`` long; refuses
+    """The carried shape of each cache tensor: keys and values per layer, each ``max_cache_len`` long."""
+    return [carried_shape(shape) for shape in layer_shapes(model, batch, max_cache_len)]
+
+
+def layer_shapes(model, batch: int, max_cache_len: int) -> list[tuple[int, int, int, int]]:
+    """[batch, kv heads, max_cache_len, head dim] of each cache tensor (keys and values per layer); refuses
     models with other layers (chunked or linear attention, shared caches)."""
     config = model.config.get_text_config(decoder=True)
     layer_types, _ = get_layer_types_and_kwargs(config)
@@ -80,7 +85,7 @@ def cache_shapes(model, batch: int, max_cache_len: int) -> list[tuple[int, ...]]
                                   f"attention; this model has {', '.join(other)} layers")
     head_dim = get_head_shapes(config)[1]
     per_layer = zip(kv_heads(config, len(layer_types)), _per_layer(head_dim, len(layer_types)))
-    return [carried_shape((batch, h, max_cache_len, d)) for h, d in per_layer for _ in ("keys", "values")]
+    return [(batch, h, max_cache_len, d) for h, d in per_layer for _ in ("keys", "values")]
 
 
 def kv_heads(config, layers: int) -> list[int]:
@@ -256,8 +261,13 @@ class Decode(CausalStep):
 
     def forward(self, tokens, cursor, done, caches, padding, prompt_len):
         input_ids = tokens.index_select(1, cursor.reshape(1))
-        written = torch.arange(tokens.shape[1], device=tokens.device) < cursor
-        positions = (padding * written).sum(-1, keepdim=True)  # real tokens before the cursor
+        positions = positions_before(padding, cursor)
         logits, caches = self.run_model(input_ids, padding, positions, cursor, caches)
         state = self.choose(logits, tokens, cursor + 1, prompt_len, done)
         return {**state, "caches": caches}
+
+
+def positions_before(padding, cursor):
+    """[batch, 1]: the position of the token at column ``cursor``, the real tokens (``padding`` ones) before it."""
+    written = torch.arange(padding.shape[1], device=padding.device) < cursor
+    return (padding * written).sum(-1, keepdim=True)

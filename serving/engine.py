@@ -1,0 +1,183 @@
+"""``Engine``: continuous batching over an exported engine (``exporter.export_engine``) on one scheduler thread.
+
+The thread loops: it drops cancelled requests, admits waiting ones into free slots (prefill, then insert, shifting
+the rows first where the cursor needs room: ``scheduler.SlotTable``), runs one generate step over all slots and
+hands each live request its token at once, retiring it at its eos or its ``max_new_tokens``. Requests wait in a
+bounded first-come queue (``QueueFull`` past it); a bad request is refused at ``submit`` (``RequestError``) and
+never reaches the thread.
+"""
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+
+import numpy as np
+
+from torch_stablehlo.exporter.formats.engine_artifact import EngineArtifact
+
+from .requests import (CANCELLED, LENGTH, STOP, QueueFull, Request, checked_max_new_tokens, checked_prompt,
+                       resolve_sampling)
+from .scheduler import SlotTable
+
+LOG = logging.getLogger(__name__)
+
+
+class Engine:
+    """Serves an ``EngineArtifact``: ``submit`` requests, read their tokens as they are made. Use it as a context
+    manager, or ``close()`` it (waiting and live requests are cancelled)."""
+
+    def __init__(self, artifact: EngineArtifact, max_queue: int = 64, platform: str = "cpu"):
+        if not isinstance(artifact, EngineArtifact):
+            raise TypeError(f"Engine takes an EngineArtifact (exporter.export_engine, or load_artifact of its bundle), "
+                            f"got {type(artifact).__name__}")
+        self.config = artifact.config
+        self.max_queue = max_queue
+        self._runner = artifact.runner(platform)
+        self._table = SlotTable(self.config.slots, self.config.max_cache_len, self.config.max_prompt_len)
+        self._waiting: collections.deque[Request] = collections.deque()
+        self._live: dict[int, Request] = {}  # by slot
+        self._cancelled: set[Request] = set()
+        self._lock = threading.Condition()
+        self._closed = False
+        self._thread = threading.Thread(target=self._serve, name="torch-stablehlo-engine", daemon=True)
+        self._thread.start()
+
+    # -- what the engine is ---------------------------------------------------------
+    @property
+    def slots(self) -> int:
+        return self.config.slots
+
+    @property
+    def slots_busy(self) -> int:
+        return len(self._live)
+
+    @property
+    def queue_depth(self) -> int:
+        return len(self._waiting)
+
+    @property
+    def max_prompt_len(self) -> int:
+        return self.config.max_prompt_len
+
+    @property
+    def vocab_size(self) -> int:
+        return self.config.vocab_size
+
+    @property
+    def eos_token_ids(self) -> tuple[int, ...]:
+        return self.config.eos_token_ids
+
+    # -- requests -----------------------------------------------------------------
+    def submit(self, prompt_ids, max_new_tokens: int = 64, do_sample=None, temperature=None, top_k=None, top_p=None,
+               seed=None) -> Request:
+        """Queue a request; its tokens stream from the returned ``Request``. Sampling arguments left None take the
+        model's ``generation_config`` defaults. RequestError for a bad request, QueueFull when the queue is."""
+        prompt = checked_prompt(prompt_ids, self.config)
+        max_new_tokens = checked_max_new_tokens(max_new_tokens, len(prompt), self.config)
+        sampling = resolve_sampling(self.config.defaults, self.config.vocab_size, do_sample, temperature, top_k,
+                                    top_p, seed)
+        request = Request(prompt, max_new_tokens, sampling, self)
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("this engine is closed")
+            if len(self._waiting) >= self.max_queue:
+                raise QueueFull(f"{len(self._waiting)} requests are waiting, the most this engine queues "
+                                f"(max_queue={self.max_queue}); retry later")
+            self._waiting.append(request)
+            self._lock.notify_all()
+        return request
+
+    def _cancel(self, request: Request) -> None:
+        with self._lock:
+            if request in self._waiting:
+                self._waiting.remove(request)
+                request._finish(CANCELLED)
+            else:
+                self._cancelled.add(request)
+            self._lock.notify_all()
+
+    def close(self) -> None:
+        """Stop the scheduler thread; every request not done is cancelled."""
+        with self._lock:
+            self._closed = True
+            self._lock.notify_all()
+        self._thread.join()
+        for request in [*self._waiting, *self._live.values()]:
+            request._finish(CANCELLED)
+
+    def __enter__(self) -> "Engine":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- the scheduler thread -----------------------------------------------------
+    def _serve(self) -> None:
+        while True:
+            with self._lock:
+                while not self._closed and not self._waiting and not self._live:
+                    self._lock.wait()
+                if self._closed:
+                    return
+                self._retire_cancelled()
+            try:
+                self._admit()
+                if self._live:
+                    self._step()
+            except Exception:  # a fault of the runtime, not of a request: end the live ones, start afresh
+                LOG.exception("the engine's step failed; its live requests are cancelled")
+                for slot in list(self._live):
+                    self._retire(slot, CANCELLED)
+                self._runner.reset()
+                self._table = SlotTable(self.config.slots, self.config.max_cache_len, self.config.max_prompt_len)
+
+    def _retire_cancelled(self) -> None:
+        for slot, request in list(self._live.items()):
+            if request in self._cancelled:
+                self._retire(slot, CANCELLED)
+        self._cancelled.clear()
+
+    def _admit(self) -> None:
+        """Prefill and insert waiting requests, first come first served, while slots are free and the cursor has
+        room for the next one."""
+        while self._table.free:
+            with self._lock:
+                if not self._waiting:
+                    return
+                request = self._waiting[0]
+                shift = self._table.shift_for(self.config.bucket(request.prompt_tokens), request.max_new_tokens)
+                if shift is None:
+                    return
+                self._waiting.popleft()
+            if shift:
+                self._runner.shift(shift)
+                self._table.shifted(shift)
+            prefilled = self._runner.prefill(request.prompt, request.sampling)
+            first = int(np.asarray(prefilled.first_token)[0])
+            finish = self._finish_reason(request, first, 1)
+            request._push(first, finish)
+            if finish is None:
+                slot = self._table.insert(request.prompt_tokens, request.max_new_tokens)
+                self._runner.insert(slot, request.prompt_tokens, request.max_new_tokens, request.sampling, prefilled)
+                self._live[slot] = request
+
+    def _step(self) -> None:
+        tokens = self._runner.generate()
+        self._table.stepped()
+        for slot, request in list(self._live.items()):
+            token = int(tokens[slot])
+            finish = self._finish_reason(request, token, request.completion_tokens + 1)
+            request._push(token, finish)
+            if finish is not None:
+                self._retire(slot, finish)
+
+    def _finish_reason(self, request: Request, token: int, made: int) -> str | None:
+        if token in self.config.eos_token_ids:
+            return STOP
+        return LENGTH if made >= request.max_new_tokens else None
+
+    def _retire(self, slot: int, reason: str) -> None:
+        request = self._live.pop(slot)
+        request._finish(reason)
+        self._table.release(slot)

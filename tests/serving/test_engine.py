@@ -1,0 +1,187 @@
+"""The engine over a tiny Llama: every request's greedy tokens equal ``generate`` on its prompt alone, whatever
+runs beside it and whenever it came (3 slots for more requests, a cache short enough that the rows must shift);
+eos; seeded sampling beside other requests; cancellation; each bad input; a bundle read in a fresh process;
+the ``to_jax`` entry points driven by a small loop."""
+import asyncio
+import gc
+import json
+import subprocess
+import sys
+import textwrap
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from torch_stablehlo import exporter, load_artifact
+from torch_stablehlo.exporter.engine.state import Admission, Prefilled, Prompt, sampling_rows
+from torch_stablehlo.serving import Engine, QueueFull, RequestError
+
+from .engine_models import VOCAB, generated, prompts, staggered, tiny
+
+SLOTS, CACHE, MAX_PROMPT = 3, 64, 16
+LENGTHS = (5, 9, 3, 16, 12, 7)
+NEW = (10, 24, 30, 6, 20, 14)
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    """The model (eos: a token its greedy tokens for the first prompt reach at the 5th step), the engine
+    exported from it and saved, and the references."""
+    asked = prompts(LENGTHS)
+    eos = generated(tiny("llama"), asked[0], 8)[4]
+    model = tiny("llama", eos_token_id=eos)
+    path = exporter.export_engine(model, slots=SLOTS, max_cache_len=CACHE, max_prompt_len=MAX_PROMPT).save(
+        tmp_path_factory.mktemp("engine") / "bundle")
+    expected = [generated(model, p, n) for p, n in zip(asked, NEW)]
+    return model, load_artifact(path), path, asked, expected, eos
+
+
+@pytest.fixture(scope="module")
+def engine(setup):
+    with Engine(setup[1], max_queue=16) as running:
+        yield running
+
+
+def test_staggered_requests_are_token_exact_with_generate_alone(setup, engine):
+    model, _, _, asked, expected, eos = setup
+    ours, requests = staggered(engine, list(zip(asked, NEW)))
+    assert ours == expected
+    reasons = [r.finish_reason for r in requests]
+    assert "stop" in reasons and "length" in reasons, reasons  # the eos ended some, max_new_tokens others
+    assert all((r == "stop") == (tokens[-1] == eos) for r, tokens in zip(reasons, ours))
+    assert engine.slots_busy == 0 and engine.queue_depth == 0
+
+
+def test_async_streams(setup, engine):
+    _, _, _, asked, expected, _ = setup
+
+    async def read(request):
+        return [token async for token in request]
+
+    async def both():
+        return await asyncio.gather(*(read(engine.submit(p, max_new_tokens=n)) for p, n in zip(asked[:3], NEW)))
+
+    assert asyncio.run(both()) == expected[:3]
+
+
+def test_seeded_sampling_does_not_depend_on_its_neighbours(setup, engine):
+    _, _, _, asked, expected, _ = setup
+    sampled = dict(max_new_tokens=16, do_sample=True, temperature=1.5, top_k=40, top_p=0.95)
+    alone = list(engine.submit(asked[1], seed=7, **sampled))
+    beside = [engine.submit(asked[2], max_new_tokens=20), engine.submit(asked[1], seed=7, **sampled),
+              engine.submit(asked[3], seed=8, **sampled)]
+    tokens = [list(r) for r in beside]
+    assert tokens[1] == alone
+    assert tokens[0] == generated(setup[0], asked[2], 20)  # the greedy neighbour is unchanged too
+    assert alone != list(engine.submit(asked[1], seed=8, **sampled))
+    assert alone != expected[1][:16]
+    # a cut to the single most likely token is greedy decoding
+    assert list(engine.submit(asked[1], max_new_tokens=16, do_sample=True, top_k=1, seed=3)) == expected[1][:16]
+    assert list(engine.submit(asked[1], max_new_tokens=16, do_sample=True, top_p=1e-6, seed=3)) == expected[1][:16]
+
+
+def test_cancelled_requests_free_their_slots(setup, engine):
+    _, _, _, asked, expected, _ = setup
+    closed = engine.submit(asked[2], max_new_tokens=30)
+    for i, _ in enumerate(closed):
+        if i == 2:
+            break  # leaving the loop closes the iterator
+    dropped = engine.submit(asked[4], max_new_tokens=30)
+    stream = iter(dropped)
+    next(stream)
+    del stream
+    gc.collect()
+    explicit = engine.submit(asked[5], max_new_tokens=30)
+    explicit.cancel()
+    assert [r.finish_reason for r in (closed, dropped, explicit)] == ["cancelled"] * 3
+    ours, _ = staggered(engine, list(zip(asked, NEW)))
+    assert ours == expected
+    assert engine.slots_busy == 0
+
+
+@pytest.mark.parametrize("prompt, options, message", [
+    ([], {}, "the prompt is empty"),
+    (list(range(3, 3 + MAX_PROMPT + 1)), {}, "too long: this engine takes 1 to 16"),
+    ([5, VOCAB, -1], {}, f"outside the vocabulary: ids run from 0 to {VOCAB - 1}"),
+    ("hello", {}, "must be a list of token ids"),
+    ([5, 6], {"max_new_tokens": 0}, "max_new_tokens must be an int from 1 to 48"),
+    ([5, 6], {"max_new_tokens": CACHE}, "max_new_tokens must be an int from 1 to 48"),
+    ([5, 6], {"do_sample": True, "temperature": 0.0}, "temperature must be a number > 0"),
+    ([5, 6], {"do_sample": True, "top_k": -2}, "top_k must be an int >= 1"),
+    ([5, 6], {"do_sample": True, "top_p": 1.5}, "top_p must be a number in (0, 1]"),
+    ([5, 6], {"do_sample": True, "seed": -1}, "seed must be an int from 0"),
+])
+def test_bad_requests_are_refused_and_the_engine_goes_on(setup, engine, prompt, options, message):
+    with pytest.raises(RequestError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        engine.submit(prompt, **{"max_new_tokens": 4, **options})
+    assert list(engine.submit(setup[3][0], max_new_tokens=NEW[0])) == setup[4][0]
+
+
+def test_a_full_queue_pushes_back(setup):
+    with Engine(setup[1], max_queue=2) as engine:
+        with engine._lock:  # the scheduler thread cannot take a request meanwhile
+            waiting = [engine.submit([5, 6], max_new_tokens=4) for _ in range(2)]
+            with pytest.raises(QueueFull, match="max_queue=2"):
+                engine.submit([5, 6], max_new_tokens=4)
+        assert [len(list(r)) for r in waiting] == [4, 4]
+
+
+def test_bundle_serves_in_a_fresh_process(setup):
+    _, _, path, asked, expected, _ = setup
+    script = textwrap.dedent(f"""
+        import json
+        from torch_stablehlo import load_artifact
+        from torch_stablehlo.serving import Engine
+        with Engine(load_artifact({str(path)!r})) as engine:
+            requests = [engine.submit(p, max_new_tokens=n) for p, n in {list(zip(asked[:3], NEW))!r}]
+            print(json.dumps([list(r) for r in requests]))
+    """)
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert json.loads(result.stdout.strip().splitlines()[-1]) == expected[:3]
+
+
+def plain(tree):
+    """The typed structures as the JAX handoff takes them: nested plain tuples of JAX arrays, in field order."""
+    return tuple(plain(value) for value in tree) if isinstance(tree, tuple) else jnp.asarray(np.asarray(tree))
+
+
+def test_to_jax_entry_points_driven_by_a_loop(setup):
+    """prefill, insert and generate as JAX functions: two requests side by side, token-exact."""
+    _, artifact, _, asked, expected, _ = setup
+    models = artifact.to_jax()
+    config = artifact.config
+    with jax.enable_x64(True):
+        state = plain(config.empty_state())
+        made = {}
+        for slot, (prompt, new) in enumerate(zip(asked[:2], (8, 8))):
+            bucket = config.bucket(len(prompt))
+            ids = np.zeros((1, bucket), np.int64)
+            ids[0, bucket - len(prompt):] = prompt
+            mask = (ids != 0).astype(np.int64)
+            mask[0, bucket - len(prompt):] = 1
+            prefilled = Prefilled(*models["prefill"](plain(Prompt(ids, mask, sampling_rows(1, VOCAB)))))
+            made[slot] = [int(prefilled.first_token[0])]
+            state = models["insert"](state, plain(Admission(np.int64(slot), np.int64(len(prompt)), np.int64(new),
+                                                            sampling_rows(1, VOCAB), prefilled)))
+        for _ in range(7):
+            state, tokens = models["generate"](state)
+            for slot in made:
+                made[slot].append(int(tokens[slot]))
+    padded = [e[:8] + [0] * (8 - len(e[:8])) for e in expected[:2]]  # the pad token (0) after a slot's eos
+    assert [made[0], made[1]] == padded
+
+
+def test_the_state_is_donated_to_each_call(setup):
+    """Every leaf of the decode state passed to insert, generate and shift is consumed (its buffer reused for the
+    new state), never kept beside a copy."""
+    artifact = setup[1]
+    runner = artifact.runner()
+    sampling = sampling_rows(1, VOCAB)
+    for call in (lambda: runner.insert(0, 3, 8, sampling, runner.prefill([5, 6, 7], sampling)), runner.generate,
+                 lambda: runner.shift(2)):
+        before = list(runner._state)
+        call()
+        assert all(leaf.is_deleted() for leaf in before)
