@@ -59,14 +59,23 @@ def device_costs(mesh: dict[str, int], platform: str = "cpu") -> DeviceCosts:
     """The costs on ``mesh``'s devices of ``platform``: read from the cache file, else measured (a few seconds)
     and written there. Raises ``MeshError`` when the platform has fewer devices than the mesh."""
     devices = pjrt.device_mesh(platform, tuple(mesh.items()))
-    key = f"{platform}/{devices.devices.flat[0].device_kind}/{len(jax.devices(platform))}/" + \
-          ",".join(f"{a}={n}" for a, n in mesh.items())
-    path = Path(os.environ.get(FILE_VARIABLE, Path.home() / ".cache" / "torch-stablehlo" / "device_costs.json"))
+    key = costs_key(mesh, platform)
+    path = costs_file()
     known = _read(path)
     if key not in known:
         known[key] = _measure(devices).to_json()
         _write(path, known)
     return DeviceCosts.from_json(known[key])
+
+
+def costs_key(mesh: dict[str, int], platform: str = "cpu") -> str:
+    """The cache file's key for ``mesh`` on this process's ``platform`` devices."""
+    devices = jax.devices(platform)
+    return f"{platform}/{devices[0].device_kind}/{len(devices)}/" + ",".join(f"{a}={n}" for a, n in mesh.items())
+
+
+def costs_file() -> Path:
+    return Path(os.environ.get(FILE_VARIABLE, Path.home() / ".cache" / "torch-stablehlo" / "device_costs.json"))
 
 
 def _read(path: Path) -> dict:

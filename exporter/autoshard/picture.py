@@ -48,7 +48,10 @@ def tensor_grid(name: str, shape, spec, mesh: dict[str, int], device_bytes: int)
     sizes = list(mesh.values()) or [1]
     rows = sizes[0] if len(sizes) > 1 else 1
     columns = math.prod(sizes) // rows
-    spec_words = ", ".join("None" if not entry_axes(e) else "+".join(entry_axes(e)) for e in spec) or "replicated"
+    spec = tuple(spec) + (None,) * (len(shape) - len(spec))
+    spec_words = ", ".join("None" if not entry_axes(e) else "+".join(entry_axes(e)) for e in spec)
+    if not any(entry_axes(e) for e in spec):
+        spec_words = "replicated"
     title = Text(f"{name}  {list(shape)}  ({spec_words})  {device_bytes} B per device")
     table = Table(show_header=False, box=box.SQUARE, padding=(0, 1))
     for _ in range(columns):

@@ -105,8 +105,11 @@ def search_plan(program: ExportedProgram, signature: Signature, mesh, max_bytes_
 
 def fsdp_plan(program: ExportedProgram, signature: Signature, axis: str = "fsdp",
               batch_axis: str | None = None, mesh: dict[str, int] | None = None) -> ShardingPlan:
-    """Every weight's largest dim divisible by ``mesh[axis]`` split over ``axis`` (none divisible: replicated),
-    every input's dim 0 over ``batch_axis`` where it divides (PyTorch/XLA's FSDPv2 layout). Without a mesh, the
+    """Every weight's largest dim divisible by ``mesh[axis]`` split over ``axis`` (none divisible: replicated; a
+    vector, a norm's scale or a bias, stays whole: it is small, and XLA CPU's partitioner fails on some programs
+    whose vocab-split embedding meets a split norm scale under a batch split over another axis),
+    every input's dim 0 over ``batch_axis`` where it divides, and the products' results constrained to be split
+    only over the batch, so each weight is gathered where it is used (PyTorch/XLA's FSDPv2 layout). Without a mesh, the
     axis sizes are read as any size: the largest dim is split."""
     sizes = dict(mesh or {})
     for name in (axis, batch_axis):
@@ -123,10 +126,17 @@ def fsdp_plan(program: ExportedProgram, signature: Signature, axis: str = "fsdp"
             specs[name] = (batch_axis,) if ok else ()
             continue
         fits = [d for d, size in enumerate(shape) if size is not None and size % sizes.get(axis, 1) == 0
-                and size >= sizes.get(axis, 1)]
+                and size >= sizes.get(axis, 1)] if len(shape) > 1 else []
         dim = max(fits, key=lambda d: (shape[d], -d), default=None)
         specs[name] = () if dim is None else (None,) * dim + (axis,)
-    return ShardingPlan(specs, sizes, held)
+    constraints = {}  # products' results whole but for the batch: each weight is gathered where it is used
+    for node in program.graph.nodes:
+        if node.op == "call_function" and node.target in CONTRACTIONS:
+            shape = node.meta["val"].shape
+            split = batch_axis is not None and shape and isinstance(shape[0], int) and \
+                shape[0] % sizes.get(batch_axis, 1) == 0
+            constraints[node.name] = ((batch_axis,) if split else (),) + ((),) * (len(shape) - 1)
+    return ShardingPlan(specs, sizes, held, constraints=constraints)
 
 
 def constrained_graph(graph_module: torch.fx.GraphModule, constraints: dict[str, Spec]) -> torch.fx.GraphModule:
