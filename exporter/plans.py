@@ -20,6 +20,6 @@ def auto_shardings(model, args=(), kwargs=None, *, mesh, max_bytes_per_device=No
 def fsdp_shardings(model, args=(), kwargs=None, *, axis: str = "fsdp", batch_axis: str | None = None,
                    mesh: dict[str, int] | None = None, dynamic_shapes=None) -> ShardingPlan:
     """PyTorch/XLA's FSDPv2 layout: each weight's largest dim split over ``axis`` (with ``mesh``, the largest
-    that ``mesh[axis]`` divides; none, or a vector: replicated), the inputs' batch (dim 0) over ``batch_axis``."""
+    that ``mesh[axis]`` divides; none: replicated), the inputs' batch (dim 0) over ``batch_axis``."""
     program, signature = prepared_program(model, args, kwargs, dynamic_shapes)
     return fsdp_plan(program, signature, axis, batch_axis, mesh)

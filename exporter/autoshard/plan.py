@@ -105,9 +105,7 @@ def search_plan(program: ExportedProgram, signature: Signature, mesh, max_bytes_
 
 def fsdp_plan(program: ExportedProgram, signature: Signature, axis: str = "fsdp",
               batch_axis: str | None = None, mesh: dict[str, int] | None = None) -> ShardingPlan:
-    """Every weight's largest dim divisible by ``mesh[axis]`` split over ``axis`` (none divisible: replicated; a
-    vector, a norm's scale or a bias, stays whole: it is small, and XLA CPU's partitioner fails on some programs
-    whose vocab-split embedding meets a split norm scale under a batch split over another axis),
+    """Every weight's largest dim divisible by ``mesh[axis]`` split over ``axis`` (none divisible: replicated),
     every input's dim 0 over ``batch_axis`` where it divides, and the products' results constrained to be split
     only over the batch, so each weight is gathered where it is used (PyTorch/XLA's FSDPv2 layout). Without a mesh, the
     axis sizes are read as any size: the largest dim is split."""
@@ -126,7 +124,7 @@ def fsdp_plan(program: ExportedProgram, signature: Signature, axis: str = "fsdp"
             specs[name] = (batch_axis,) if ok else ()
             continue
         fits = [d for d, size in enumerate(shape) if size is not None and size % sizes.get(axis, 1) == 0
-                and size >= sizes.get(axis, 1)] if len(shape) > 1 else []
+                and size >= sizes.get(axis, 1)]
         dim = max(fits, key=lambda d: (shape[d], -d), default=None)
         specs[name] = () if dim is None else (None,) * dim + (axis,)
     constraints = {}  # products' results whole but for the batch: each weight is gathered where it is used
