@@ -178,12 +178,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="the Llama-style decoder on {'data': 2, 'model': 4}")
     parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--models", nargs="+", default=["llama", "gpt2", "bert", "moe"])
+    parser.add_argument("--meshes", nargs="+", type=int, default=[0, 1, 2], help="indices into MESHES")
     parser.add_argument("--search-layers", type=int, default=32, help="layers of the decoder whose search is timed")
     parser.add_argument("--json", help="also write the figures here")
     options = parser.parse_args()
     torch.manual_seed(0)
     builds = {"llama": llama, "gpt2": gpt2, "bert": bert, "moe": moe}
-    cases = [("llama", MESHES[1])] if options.quick else [(k, m) for k in builds for m in MESHES]
+    cases = [("llama", MESHES[1])] if options.quick else [(k, MESHES[i]) for k in options.models
+                                                          for i in options.meshes]
     print(f"CPU: {platform.processor() or platform.machine()}, 8 virtual devices; batch {BATCH}, length {LENGTH}")
     results = []
     for kind, mesh in cases:
