@@ -14,13 +14,16 @@ from .errors import (BundleError, BundleVersionError, ExportError, InputError, L
 from .scan_layers import scan_layers
 from .extensions import composite, lowering, scoped_lowering
 from .conversion.sharding import mark_sharding, tensor_parallel_shardings
+from .autoshard.plan import ShardingPlan
+from .plans import auto_shardings, fsdp_shardings
 from torch_stablehlo.runtime.spmd import MeshError
 
 if TYPE_CHECKING:  # what static tools see (at run time, __getattr__ below)
     from .generate import GenerateArtifact, export_generate
 
 __all__ = ["export_to_stablehlo", "load_artifact", "StableHLOArtifact", "find_divergence", "Divergence",
-           "scan_layers", "iree_module", "compile_for_iree", "mark_sharding", "tensor_parallel_shardings", "ExportError", "LoweringError",
+           "scan_layers", "iree_module", "compile_for_iree", "mark_sharding", "tensor_parallel_shardings",
+           "auto_shardings", "fsdp_shardings", "ShardingPlan", "ExportError", "LoweringError",
            "UnsupportedOpsError", "InputError", "BundleError", "BundleVersionError", "WeightsError",
            "ShardingError", "MeshError", "export_generate", "GenerateArtifact", "export_engine", "EngineArtifact", "lowering", "scoped_lowering", "composite"]
 _NEEDS_TRANSFORMERS = {"export_generate": ".generate", "GenerateArtifact": ".generate", "export_engine": ".engine.api"}

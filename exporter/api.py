@@ -26,7 +26,8 @@ def export_to_stablehlo(model, args=(), kwargs=None, *, dynamic_shapes=None, pla
 
     ``mesh`` (axis name -> size, e.g. ``{"data": 2, "model": 4}``) makes ``@main`` an SPMD program over that
     many devices; ``shardings`` maps input and weight names (``fnmatch`` patterns) to specs, one entry per dim:
-    a mesh axis, a tuple of axes, or None (see ``exporter.conversion.sharding``; a tensor-parallel plan works too).
+    a mesh axis, a tuple of axes, or None (see ``exporter.conversion.sharding``; a tensor-parallel plan works too);
+    ``shardings="auto"`` searches a plan over the mesh (``exporter.auto_shardings``), kept as ``art.sharding_plan``.
     """
     if platform is not None and platforms is not None:
         raise ValueError(f"export_to_stablehlo takes platform= (one) or platforms= (several), not both: got "
@@ -36,4 +37,5 @@ def export_to_stablehlo(model, args=(), kwargs=None, *, dynamic_shapes=None, pla
                          shardings=shardings, platforms=platforms)
     text = conversion.lower().operation.get_asm(enable_debug_info=True)
     runs_on = "cpu" if "cpu" in platforms else platforms[0]
-    return StableHLOArtifact(text, conversion.signature, conversion.weights, platform=runs_on)
+    return StableHLOArtifact(text, conversion.signature, conversion.weights, platform=runs_on,
+                             sharding_plan=conversion.plan)

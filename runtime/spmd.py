@@ -51,7 +51,9 @@ def compile_options(options, mesh: Mesh):
     build = options.executable_build_options
     build.use_spmd_partitioning = True
     build.use_shardy_partitioner = True
-    options.device_assignment = _jax.DeviceAssignment.create(np.array([[d.id for d in mesh.devices.flat]]).T)
+    # one replica of N partitions: the array is [replicas, partitions] (its transpose made N replicas of one
+    # partition, and XLA then partitioned products without their all-reduces: wrong numbers)
+    options.device_assignment = _jax.DeviceAssignment.create(np.array([[d.id for d in mesh.devices.flat]]))
     return options
 
 

@@ -113,6 +113,7 @@ BENCH_ARGS = {
     "compile_cache.py": ["--model", "mlp"],
     "scan_layers.py": ["--depths", "1", "2", "--repeats", "1"],
     "sharding.py": ["--devices", "2", "--repeats", "1"],
+    "auto_sharding.py": ["--quick", "--repeats", "1", "--search-layers", "2"],
     "multi_gb_export.py": ["--layers", "1", "--hidden", "64", "--intermediate", "128", "--heads", "4",
                            "--vocab", "512", "--shard-gb", "0.0001"],
     "decode_speed.py": ["--small", "--repeats", "1"],
@@ -124,7 +125,8 @@ BENCH_ARGS = {
 # bench scripts make test leaves to CI's second step and make check-commands: 8 to 25 s of CPU each (fresh
 # processes, compiles), where make test has about a minute and a half for all of this module and test_packaging
 SLOW_BENCH = {"multi_gb_export.py", "convert_speed.py", "scan_layers.py", "compile_cache.py", "sharding.py",
-              "decode_speed.py", "generate_speed.py", "quantized_decode_speed.py", "load_trust.py", "serve_load.py"}
+              "decode_speed.py", "generate_speed.py", "quantized_decode_speed.py", "load_trust.py", "serve_load.py",
+              "auto_sharding.py"}
 COVERAGE_ARGS = ["--ops", "abs,nn.functional.relu", "--jobs", "1", "--out", "coverage-report"]
 
 
@@ -514,6 +516,26 @@ PYTHON_BLOCKS = {
     """, """
         torch.testing.assert_close(art(input_ids), model(input_ids), atol=1e-5, rtol=1e-5)
         assert art.signature.mesh is not None
+    """),
+    'shardings="auto"': ("""
+        import os, tempfile
+        import torch
+        from torch_stablehlo import export_to_stablehlo, exporter
+        from torch_stablehlo.runtime.device_costs import costs_key
+
+        # stated prices instead of measured ones (a second, not the measurement's ten): cheap collectives
+        line = {"latency": 2e-5, "per_byte": 1e-9}
+        costs = Path(tempfile.mkdtemp()) / "costs.json"
+        costs.write_text(json.dumps({costs_key({"model": 4}): {"flops": 1e10, "memory": 1e10,
+                                     "all_reduce": {"model": line}, "all_gather": {"model": line}}}))
+        os.environ["TORCH_STABLEHLO_DEVICE_COSTS"] = str(costs)
+        model = torch.nn.Sequential(torch.nn.Linear(512, 2048), torch.nn.GELU(), torch.nn.Linear(2048, 512)).eval()
+        x = torch.randn(3, 512)
+    """, """
+        torch.testing.assert_close(art(x), model(x), atol=1e-4, rtol=1e-4)
+        assert dict(art.sharding_plan) == {"0.weight": ("model",), "0.bias": ("model",),
+                                           "2.weight": (None, "model"), "2.bias": (), "input": ()}
+        assert plan.total_device_bytes <= 2**22 and plan.cost > 0 and fsdp["0.weight"] == ("fsdp",)
     """),
     "prepared = prepare_pt2e(": ("""
         import torch

@@ -18,9 +18,12 @@ import traceback
 from pathlib import Path
 
 import torch
+from rich.console import Console
 from tqdm import tqdm
 
-from torch_stablehlo.exporter import export_to_stablehlo, find_divergence, load_artifact
+from torch_stablehlo.exporter import ShardingPlan, export_to_stablehlo, find_divergence, load_artifact
+from torch_stablehlo.exporter.autoshard.picture import plan_picture
+from torch_stablehlo.exporter.conversion.signature import Signature
 from torch_stablehlo.exporter.formats.bundle import DEFAULT_SHARD_BYTES
 from .inspection import bundle_report, format_report, human_size
 from torch_stablehlo.exporter.formats.iree import TARGET, compile_for_iree, parse_sizes
@@ -151,6 +154,8 @@ def build_parser() -> argparse.ArgumentParser:
     inspect.add_argument("bundle", type=Path)
     inspect.add_argument("--top", type=int, default=10, help="how many of the largest weights to list")
     inspect.add_argument("--json", action="store_true", help="print the report as JSON")
+    inspect.add_argument("--shardings", action="store_true",
+                         help="draw, for each weight and input, which part of it each device of the mesh holds")
     inspect.set_defaults(run=_inspect)
 
     coverage = commands.add_parser("coverage", parents=[common], help="write the core ATen op coverage report",
@@ -329,6 +334,13 @@ def _bisect(name: str, report_path: Path | None) -> None:
 
 def _inspect(options) -> int:
     report = bundle_report(options.bundle, top=options.top)
+    if options.shardings:
+        signature = Signature.from_json(report["signature"])
+        if not signature.mesh:
+            print(f"{options.bundle}: one device (exported without a mesh): nothing is sharded")
+            return 0
+        Console(highlight=False).print(plan_picture(ShardingPlan.of_signature(signature)))
+        return 0
     print(json.dumps(report, indent=1) if options.json else format_report(report))
     return 0
 

@@ -21,7 +21,8 @@ from torch_stablehlo.exported_program import kind_name, returned_placeholders, w
 from torch_stablehlo.quantize import lowering_graph, plain_quantized_weights, prepare_quantized
 from torch_stablehlo.stablehlo_ir.mlir_context import make_context
 
-from ..errors import LoweringError, UnsupportedOpsError
+from ..autoshard.plan import ShardingPlan, constrained_graph, search_plan
+from ..errors import LoweringError, ShardingError, UnsupportedOpsError
 from .composites import outline_composites
 from .graph_lowering import GraphLowering, functionalised_for, unsupported_targets
 from .inplace import functionalised, unfunctionalised_mutations, written_placeholders
@@ -39,6 +40,7 @@ class Conversion:
     graph_module: torch.fx.GraphModule   # the graph to lower (``quantize.lowering_graph``)
     writes: dict                         # its in-place nodes the walk lowers functionally (``inplace.functionalised``)
     weights: dict[str, torch.Tensor]     # @main's held arguments: the weights and the state's exported values
+    plan: ShardingPlan | None = None     # the searched sharding plan (shardings="auto" or a ShardingPlan given)
 
     def lower(self, exposed: Sequence[torch.fx.Node] = ()) -> ir.Module:
         """``@main`` in a fresh module, for the signature's platforms; it also returns the values of the
@@ -51,15 +53,42 @@ def convert(model, args=(), kwargs=None, *, dynamic_shapes=None, quantized_ops: 
     """``model`` (an ``nn.Module``, exported here, or an ``ExportedProgram``) ready to lower; ``quantized_ops``,
     ``mesh``, ``shardings`` and ``platforms`` (checked) as ``export_to_stablehlo`` takes them; no platforms:
     JAX's default backend lowers the JAX functions, and a user's lowering for any platform may be picked."""
-    program, writes = _decomposed(prepare_quantized(_exported(model, args, kwargs, dynamic_shapes)))
-    checked = program.graph_module
-    program = fold_weight_stacks(program)
-    signature = shard_signature(signature_of(program), mesh, shardings, program.graph_module)
+    program, writes, checked = _ready(model, args, kwargs, dynamic_shapes)
+    signature = signature_of(program)
+    if isinstance(shardings, str):
+        shardings = _searched_plan(program, signature, mesh, shardings, platforms)
+    signature = shard_signature(signature, mesh, shardings, program.graph_module)
     signature.platforms = list(platforms)
     graph_module = outline_composites(lowering_graph(program, quantized_ops))
+    if isinstance(shardings, ShardingPlan) and shardings.constraints and mesh is not None:  # activation layouts
+        graph_module = constrained_graph(graph_module, shardings.constraints)
     if graph_module is not checked:  # stacks folded, quantization ops annotated or composites outlined: a copy
         writes = functionalised_for(graph_module, signature)
-    return Conversion(program, signature, graph_module, writes, _held_values(program, signature))
+    plan = shardings if isinstance(shardings, ShardingPlan) and mesh is not None else None
+    return Conversion(program, signature, graph_module, writes, _held_values(program, signature), plan)
+
+
+def prepared_program(model, args=(), kwargs=None, dynamic_shapes=None) -> tuple[ExportedProgram, Signature]:
+    """``model`` exported and made convertible as ``convert`` does, and its (unsharded) signature: what the
+    sharding plans are made for."""
+    program = _ready(model, args, kwargs, dynamic_shapes)[0]
+    return program, signature_of(program)
+
+
+def _ready(model, args, kwargs, dynamic_shapes) -> tuple[ExportedProgram, dict, torch.fx.GraphModule]:
+    """The program exported, quantization prepared, decomposed and its weight stacks folded; the functionalisation
+    of the graph that was checked, and that graph."""
+    program, writes = _decomposed(prepare_quantized(_exported(model, args, kwargs, dynamic_shapes)))
+    return fold_weight_stacks(program), writes, program.graph_module
+
+
+def _searched_plan(program: ExportedProgram, signature: Signature, mesh, shardings: str, platforms):
+    if shardings != "auto":
+        raise ShardingError(f"shardings={shardings!r}: give 'auto' (searched over the mesh) or a mapping of names "
+                            "to specs")
+    if mesh is None:
+        raise ShardingError("shardings='auto' needs a device mesh to search over: pass mesh={'axis': size, ...}")
+    return search_plan(program, signature, mesh, platform=platforms[0] if platforms else "cpu")
 
 
 def _held_values(program: ExportedProgram, signature: Signature) -> dict[str, torch.Tensor]:

@@ -21,6 +21,7 @@ from torch_stablehlo.stablehlo_ir.platforms import for_platform
 from . import bundle
 from ..errors import WeightsError
 from .jax_handoff import to_jax
+from ..autoshard.plan import ShardingPlan
 from ..conversion.signature import Signature, validate_inputs
 from .versions import DEFAULT_TARGET
 from .weights import alias_map, attach, missing_data
@@ -39,7 +40,7 @@ class StableHLOArtifact:
     a caller never passes it."""
 
     def __init__(self, stablehlo_text: str, signature: Signature, weights: dict[str, torch.Tensor],
-                 *, platform: str = "cpu"):
+                 *, platform: str = "cpu", sharding_plan: ShardingPlan | None = None):
         self.stablehlo_text = stablehlo_text
         self.signature = signature
         self.weights = weights
@@ -50,6 +51,15 @@ class StableHLOArtifact:
         self._weight_readers: dict[str, object] = {}  # weights read shard by shard from files (load_artifact)
         self._seed = 0  # the next call's rng_seed, where the program draws random numbers
         self._lock = threading.RLock()  # calls of one stream (state, seeds) one at a time: see _execute
+        self._sharding_plan = sharding_plan  # the searched plan (with its cost), where shardings="auto" chose it
+
+    @property
+    def sharding_plan(self) -> ShardingPlan | None:
+        """The plan ``@main`` is partitioned with (name -> spec of every weight and input given one; ``print`` it
+        for a picture per tensor); None on one device."""
+        if self._sharding_plan is None and self.signature.mesh:
+            self._sharding_plan = ShardingPlan.of_signature(self.signature)
+        return self._sharding_plan
 
     # -- running ------------------------------------------------------------
     def __call__(self, *args, **kwargs):

@@ -1,0 +1,155 @@
+"""Sharding plans: the searched one (``search_plan``), the FSDP one (``fsdp_plan``), and the ``ShardingPlan`` both
+are: name -> spec for every weight and input, as ``shardings=`` takes it, plus the activations to constrain.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+
+import torch
+from torch.export import ExportedProgram
+
+from torch_stablehlo.exported_program import copied_graph_module
+from torch_stablehlo.runtime.device_costs import device_costs
+from torch_stablehlo.stablehlo_ir.sharding import Spec
+
+from ..conversion.sharding import check_mesh
+from ..conversion.signature import Signature
+from ..errors import ShardingError
+from .op_dims import CONTRACTIONS
+from .picture import entry_axes, plan_text
+from .problem import build_problem
+from .solve import solve
+
+
+@dataclass(frozen=True)
+class Held:
+    """One weight or input of a plan: its shape and dtype size, for the picture and the byte counts."""
+    shape: tuple
+    itemsize: int
+
+
+class ShardingPlan(dict):
+    """Name -> spec (a tuple with one entry per dim: a mesh axis, a tuple of axes, or None; ``()``: replicated)
+    for every weight and input. ``cost``: the search's estimate of one call in seconds (None for plans not
+    searched); ``constraints``: graph node name -> spec, the activations the program is told to lay out so;
+    ``mesh``; ``held``: each name's shape and item size. ``str(plan)`` draws it (``picture.plan_text``).
+    """
+
+    def __init__(self, specs: dict, mesh: dict[str, int], held: dict[str, Held], cost: float | None = None,
+                 constraints: dict[str, Spec] | None = None):
+        super().__init__(specs)
+        self.mesh, self.held, self.cost, self.constraints = mesh, held, cost, constraints or {}
+
+    def device_bytes(self, name: str) -> int:
+        """Bytes of ``name`` each device holds."""
+        held = self.held[name]
+        split = math.prod(self.mesh[a] for entry in self[name] for a in entry_axes(entry))
+        return math.prod(int(d) if isinstance(d, int) else 1 for d in held.shape) * held.itemsize // split
+
+    @property
+    def total_device_bytes(self) -> int:
+        return sum(self.device_bytes(name) for name in self)
+
+    @classmethod
+    def of_signature(cls, signature: Signature) -> "ShardingPlan":
+        """The plan a (loaded) program was partitioned with: its inputs' shardings (those left to XLA omitted)."""
+        slots = [s for s in signature.caller_inputs if s.sharding is not None]
+        return cls({s.name: user_spec(s.sharding) for s in slots}, dict(signature.mesh or {}),
+                   {s.name: Held(s.tensor.shape, s.tensor.torch_dtype.itemsize) for s in slots})
+
+    def __str__(self) -> str:
+        return plan_text(self)
+
+
+def user_spec(spec: Spec) -> tuple:
+    """A ``Spec`` as ``shardings=`` takes it (``("model", None)``), trailing unsplit dims dropped."""
+    entries = [None if not axes else axes[0] if len(axes) == 1 else tuple(axes) for axes in spec]
+    while entries and entries[-1] is None:
+        entries.pop()
+    return tuple(entries)
+
+
+def _held_slots(signature: Signature, program: ExportedProgram) -> dict[torch.fx.Node, str]:
+    """The program's placeholders that are weights or inputs, by signature name."""
+    placeholders = [n for n in program.graph.nodes if n.op == "placeholder"]
+    return {node: slot.name for node, slot in zip(placeholders, signature.inputs)
+            if slot.tensor is not None and slot.kind != "rng_seed"}
+
+
+def search_plan(program: ExportedProgram, signature: Signature, mesh, max_bytes_per_device=None,
+                platform: str = "cpu") -> ShardingPlan:
+    """The cheapest plan for ``program`` over ``mesh`` under the budget (``exporter.autoshard.solve``)."""
+    mesh = check_mesh(mesh)
+    if max_bytes_per_device is not None and not (isinstance(max_bytes_per_device, (int, float))
+                                                 and max_bytes_per_device > 0):
+        raise ShardingError(f"max_bytes_per_device must be a positive number of bytes, got {max_bytes_per_device!r}")
+    costs = device_costs(mesh, platform)  # MeshError here, before any search or compile, if devices are missing
+    names = _held_slots(signature, program)
+    problem = build_problem(program.graph, names, mesh, costs)
+    solution = solve(problem, max_bytes_per_device)
+    specs, constraints, held = {}, {}, {}
+    for choice, pick in zip(problem.choices, solution.picks):
+        strategy = choice.strategies[pick]
+        for node in choice.nodes:
+            if node in names:
+                specs[names[node]] = user_spec(strategy.result)
+                value = node.meta["val"]
+                held[names[node]] = Held(tuple(value.shape), value.element_size())
+            elif node.target in CONTRACTIONS:
+                constraints[node.name] = strategy.result
+    order = list(names.values())  # the signature's order
+    return ShardingPlan({n: specs[n] for n in order}, mesh, held, solution.seconds, constraints)
+
+
+def fsdp_plan(program: ExportedProgram, signature: Signature, axis: str = "fsdp",
+              batch_axis: str | None = None, mesh: dict[str, int] | None = None) -> ShardingPlan:
+    """Every weight's largest dim divisible by ``mesh[axis]`` split over ``axis`` (none divisible: replicated),
+    every input's dim 0 over ``batch_axis`` where it divides, and the products' results constrained to be split
+    only over the batch, so each weight is gathered where it is used (PyTorch/XLA's FSDPv2 layout). Without a mesh, the
+    axis sizes are read as any size: the largest dim is split."""
+    sizes = dict(mesh or {})
+    for name in (axis, batch_axis):
+        if name is not None and sizes and name not in sizes:
+            raise ShardingError(f"fsdp_shardings: axis {name!r} is not in the mesh {sizes}")
+    specs, held = {}, {}
+    for node, name in _held_slots(signature, program).items():
+        value = node.meta["val"]
+        shape = [int(d) if isinstance(d, int) else None for d in value.shape]
+        held[name] = Held(tuple(value.shape), value.element_size())
+        slot_kind = next(s.kind for s in signature.inputs if s.name == name)
+        if slot_kind == "user_input":
+            ok = batch_axis is not None and shape and (shape[0] is None or shape[0] % sizes.get(batch_axis, 1) == 0)
+            specs[name] = (batch_axis,) if ok else ()
+            continue
+        fits = [d for d, size in enumerate(shape) if size is not None and size % sizes.get(axis, 1) == 0
+                and size >= sizes.get(axis, 1)]
+        dim = max(fits, key=lambda d: (shape[d], -d), default=None)
+        specs[name] = () if dim is None else (None,) * dim + (axis,)
+    constraints = {}  # products' results whole but for the batch: each weight is gathered where it is used
+    for node in program.graph.nodes:
+        if node.op == "call_function" and node.target in CONTRACTIONS:
+            shape = node.meta["val"].shape
+            split = batch_axis is not None and shape and isinstance(shape[0], int) and \
+                shape[0] % sizes.get(batch_axis, 1) == 0
+            constraints[node.name] = ((batch_axis,) if split else (),) + ((),) * (len(shape) - 1)
+    return ShardingPlan(specs, sizes, held, constraints=constraints)
+
+
+def constrained_graph(graph_module: torch.fx.GraphModule, constraints: dict[str, Spec]) -> torch.fx.GraphModule:
+    """A copy of ``graph_module`` with a ``mark_sharding`` after each node ``constraints`` names."""
+    copy = copied_graph_module(graph_module)
+    by_name = {n.name: n for n in copy.graph.nodes}
+    for name, spec in constraints.items():
+        if name not in by_name:
+            raise ShardingError(f"the plan constrains node {name!r}, which this program lacks: a plan's activation "
+                                "constraints hold for the program it was searched on")
+        node = by_name[name]
+        with copy.graph.inserting_after(node):
+            marked = copy.graph.call_function(torch.ops.torch_stablehlo.mark_sharding.default,
+                                              (node, json.dumps([list(axes) for axes in spec])))
+        marked.meta = {**node.meta, "val": node.meta["val"]}
+        node.replace_all_uses_with(marked, delete_user_cb=lambda user: user is not marked)
+    copy.recompile()
+    return copy

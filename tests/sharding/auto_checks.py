@@ -1,0 +1,135 @@
+"""The 8-device checks of searched and FSDP plans, in one process whose CPU client has 8 devices (run by
+test_auto_sharding.py): ``python -m tests.sharding.auto_checks REPORT.json FOLDER``; ``--load FOLDER`` runs the
+auto-sharded bundle saved there in a fresh process against the eager outputs saved beside it.
+
+Most checks price plans with stated rates (a costs file written here, the form ``runtime.device_costs`` caches),
+so the plan that must win is known; ``decoder_auto`` measures the devices' rates as a user's export does."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+import traceback
+from pathlib import Path
+
+import jax
+import numpy as np
+import torch
+
+from torch_stablehlo.exporter import (ShardingError, auto_shardings, export_to_stablehlo, fsdp_shardings,
+                                      load_artifact)
+from torch_stablehlo.golden.sharded_decoder import decoder_example
+from torch_stablehlo.runtime.device_costs import FILE_VARIABLE, costs_key
+
+from tests.sharding.spmd_checks import TOLERANCE, check
+
+
+class MLP(torch.nn.Module):
+    def __init__(self, width: int = 512, hidden: int = 2048):
+        super().__init__()
+        self.up, self.down = torch.nn.Linear(width, hidden), torch.nn.Linear(hidden, width)
+
+    def forward(self, x):
+        return self.down(torch.nn.functional.gelu(self.up(x)))
+
+
+def _mlp():
+    torch.manual_seed(0)
+    return MLP().eval(), (torch.randn(3, 512),)  # 3 rows: the batch cannot be split over 4 devices
+
+
+def stated_costs(folder: Path, name: str, mesh: dict, latency: float) -> str:
+    """A costs file pricing plans on ``mesh`` at 10 Gflop/s, 10 GB/s and collectives of ``latency`` s + 1 ns per
+    byte (for ``$TORCH_STABLEHLO_DEVICE_COSTS``)."""
+    line = {"latency": latency, "per_byte": 1e-9}
+    costs = {"flops": 1e10, "memory": 1e10, "all_reduce": {a: line for a in mesh}, "all_gather": {a: line for a in mesh}}
+    path = folder / f"{name}.json"
+    path.write_text(json.dumps({costs_key(mesh): costs}))
+    return str(path)
+
+
+def _collective_counts(art) -> dict[str, int]:
+    hlo = art._executables[max(art._executables)].loaded.hlo_modules()[0].to_string()
+    return {name: len(re.findall(rf"= \S+ {name}(-start)?\(", hlo)) for name in ("all-reduce", "all-gather")}
+
+
+def mlp_megatron(folder: Path) -> dict:
+    """Cheap collectives, products worth splitting: colwise up, rowwise down, one all-reduce."""
+    mesh = {"model": 4}
+    os.environ[FILE_VARIABLE] = stated_costs(folder, "cheap", mesh, latency=2e-5)
+    model, args = _mlp()
+    plan = auto_shardings(model, args, mesh=mesh)
+    proof = check(model, args, mesh=mesh, shardings="auto")
+    art = export_to_stablehlo(model, args, mesh=mesh, shardings="auto")
+    art(*args)
+    return {"plan": {k: list(v) for k, v in plan.items()}, "cost": plan.cost, "counts": _collective_counts(art),
+            "artifact_plan": {k: list(v) for k, v in art.sharding_plan.items()}, **proof}
+
+
+def mlp_budget(folder: Path) -> dict:
+    """Collectives so dear that replicated wins, until a budget of 40% of the replicated bytes forbids it."""
+    mesh = {"model": 4}
+    os.environ[FILE_VARIABLE] = stated_costs(folder, "dear", mesh, latency=1.0)
+    model, args = _mlp()
+    free = auto_shardings(model, args, mesh=mesh)
+    budget = int(0.4 * free.total_device_bytes)
+    plan = auto_shardings(model, args, mesh=mesh, max_bytes_per_device=budget)
+    proof = check(model, args, mesh=mesh, shardings=plan)
+    try:
+        auto_shardings(model, args, mesh=mesh, max_bytes_per_device=free.total_device_bytes // 10)
+        unmeetable = None
+    except ShardingError as error:
+        unmeetable = str(error)
+    return {"free": {k: list(v) for k, v in free.items()}, "free_bytes": free.total_device_bytes, "budget": budget,
+            "plan_bytes": plan.total_device_bytes, "unmeetable": unmeetable, **proof}
+
+
+def fsdp(folder: Path) -> dict:
+    mesh = {"data": 2, "fsdp": 4}
+    model, args = decoder_example()
+    plan = fsdp_shardings(model, args, axis="fsdp", batch_axis="data", mesh=mesh)
+    return {"plan": {k: list(v) for k, v in plan.items()}, "plan_bytes": plan.total_device_bytes,
+            **check(model, args, mesh=mesh, shardings=plan)}
+
+
+def decoder_auto(folder: Path) -> dict:
+    """Rates measured here (written to a fresh costs file); the bundle and eager outputs kept for ``--load``."""
+    os.environ[FILE_VARIABLE] = str(folder / "measured.json")
+    mesh = {"data": 2, "model": 4}
+    model, args = decoder_example()
+    proof = check(model, args, mesh=mesh, shardings="auto")
+    art = export_to_stablehlo(model, args, mesh=mesh, shardings="auto")
+    art.save(folder / "bundle")
+    np.save(folder / "input_ids.npy", args[0].numpy())
+    np.save(folder / "expected.npy", model(*args).detach().numpy())
+    measured = json.loads((folder / "measured.json").read_text())
+    return {"plan_text": str(art.sharding_plan), "measured": list(measured), **proof}
+
+
+def load_and_run(folder: Path) -> None:
+    art = load_artifact(folder / "bundle")
+    out = art(torch.from_numpy(np.load(folder / "input_ids.npy")))
+    torch.testing.assert_close(out, torch.from_numpy(np.load(folder / "expected.npy")), **TOLERANCE)
+    print("fresh process: equal", dict(art.sharding_plan)["input_ids"])
+
+
+CHECKS = [mlp_megatron, mlp_budget, fsdp, decoder_auto]
+
+
+def main(report_path: str, folder: str) -> None:
+    report = {}
+    for run in CHECKS:
+        try:
+            report[run.__name__] = {"ok": True, **run(Path(folder))}
+        except Exception:  # noqa: BLE001  (each check reports its own failure)
+            report[run.__name__] = {"ok": False, "error": traceback.format_exc()}
+    Path(report_path).write_text(json.dumps(report, indent=1))
+
+
+if __name__ == "__main__":
+    jax.config.update("jax_num_cpu_devices", 8)  # before the CPU client starts (importing this module does not)
+    if sys.argv[1] == "--load":
+        load_and_run(Path(sys.argv[2]))
+    else:
+        main(sys.argv[1], sys.argv[2])

@@ -1,0 +1,118 @@
+"""Searched and FSDP sharding plans. On one device: the FSDP layout, the picture, each bad input raised before
+anything compiles. On 8 devices (``auto_checks``, one subprocess): the search's known optimum for a two-layer
+MLP (colwise then rowwise, one all-reduce), the memory budget, FSDP and auto plans equal to eager through the
+call, a bundle and ``to_jax()``; the auto-sharded bundle in a fresh process, and ``inspect --shardings`` on it."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from torch_stablehlo.exporter import (ShardingError, auto_shardings, export_to_stablehlo, fsdp_shardings)
+from torch_stablehlo.golden.sharded_decoder import decoder_example
+from torch_stablehlo.runtime import pjrt
+from torch_stablehlo.runtime.device_costs import FILE_VARIABLE
+from torch_stablehlo.runtime.spmd import MeshError
+from tests.sharding import auto_checks
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("auto")
+    subprocess.run([sys.executable, "-m", "tests.sharding.auto_checks", str(folder / "report.json"), str(folder)],
+                   check=True, timeout=600, env=dict(os.environ), capture_output=True)
+    return {**json.loads((folder / "report.json").read_text()), "folder": folder}
+
+
+@pytest.fixture(scope="module")
+def fsdp_plan():
+    model, args = decoder_example()
+    return fsdp_shardings(model, args, axis="fsdp", batch_axis="data", mesh={"data": 2, "fsdp": 4})
+
+
+def _ok(result):
+    assert result["ok"], result.get("error")
+    return result
+
+
+def test_search_finds_colwise_then_rowwise_with_one_all_reduce(report):
+    result = _ok(report["mlp_megatron"])
+    expected = {"up.weight": ["model"], "up.bias": ["model"], "down.weight": [None, "model"], "down.bias": [],
+                "x": []}
+    assert result["plan"] == expected and result["artifact_plan"] == expected
+    assert result["counts"] == {"all-reduce": 1, "all-gather": 0}
+    assert result["weight_shard_shapes"]["up.weight"] == [512, 512]  # 2048 rows over 4 devices
+    assert result["device_argument_bytes"] == result["shard_argument_bytes"] < result["full_argument_bytes"] / 3
+
+
+def test_memory_budget_forces_sharding_and_an_unmeetable_one_is_refused(report):
+    result = _ok(report["mlp_budget"])
+    assert all(spec == [] for spec in result["free"].values())  # collectives dearer than the products: replicated
+    assert result["plan_bytes"] <= result["budget"] < result["free_bytes"]
+    assert result["device_argument_bytes"] <= result["budget"]  # as compiled, not only as estimated
+    assert "need at least 2101248 bytes per device" in result["unmeetable"]
+
+
+def test_fsdp_plan_runs_equal_to_eager_with_weights_split(report):
+    result = _ok(report["fsdp"])
+    assert result["plan"]["layers.0.mlp.down_proj.weight"] == [None, "fsdp"]
+    assert result["weight_shard_shapes"]["embed.weight"] == [64, 64]  # [256, 64]: the vocab over 4 devices
+    assert result["device_argument_bytes"] == result["shard_argument_bytes"] < result["full_argument_bytes"] / 3
+
+
+def test_auto_plan_equals_eager_and_its_bundle_runs_in_a_fresh_process(report):
+    result = _ok(report["decoder_auto"])
+    assert result["measured"] == ["cpu/cpu/8/data=2,model=4"]  # the rates were measured and cached
+    assert "estimated" in result["plan_text"] and "d7" in result["plan_text"]
+    env = dict(os.environ)
+    out = subprocess.run([sys.executable, "-m", "tests.sharding.auto_checks", "--load", str(report["folder"])],
+                         check=True, timeout=300, env=env, capture_output=True, text=True)
+    assert "fresh process: equal" in out.stdout
+    picture = subprocess.run([sys.executable, "-m", "torch_stablehlo", "inspect", str(report["folder"] / "bundle"),
+                              "--shardings"], check=True, timeout=120, env=env, capture_output=True, text=True)
+    assert "lm_head.weight  [256, 64]" in picture.stdout and "d7" in picture.stdout
+
+
+def test_fsdp_splits_each_weights_largest_dim_and_the_batch(fsdp_plan):
+    assert fsdp_plan["embed.weight"] == ("fsdp",)                      # [256, 64]
+    assert fsdp_plan["layers.1.mlp.down_proj.weight"] == (None, "fsdp")  # [64, 128]
+    assert fsdp_plan["layers.0.input_norm.weight"] == ("fsdp",)
+    assert fsdp_plan["input_ids"] == ("data",)
+    assert fsdp_plan.device_bytes("embed.weight") == 256 * 64 * 4 // 4
+
+
+def test_picture_shows_each_devices_part_and_bytes(fsdp_plan):
+    text = str(fsdp_plan)
+    assert "embed.weight  [256, 64]  (fsdp, None)  16384 B per device" in text
+    assert "[0:64, :]" in text and "[192:256, :]" in text        # the vocab's four quarters
+    assert "input_ids  [4, 8]  (data, None)  128 B per device" in text and "[2:4, :]" in text
+    assert "\x1b" not in text                                     # plain text, no terminal codes
+
+
+def test_auto_without_a_mesh_or_an_unknown_word_is_refused():
+    model, args = auto_checks._mlp()
+    with pytest.raises(ShardingError, match="needs a device mesh"):
+        export_to_stablehlo(model, args, shardings="auto")
+    with pytest.raises(ShardingError, match="give 'auto'"):
+        export_to_stablehlo(model, args, mesh={"model": 1}, shardings="best")
+
+
+def test_mesh_larger_than_the_devices_is_refused_before_compiling():
+    model, args = auto_checks._mlp()
+    compiled = dict(pjrt.STATS)
+    with pytest.raises(MeshError, match="needs 4 devices; the 'cpu' client has 1"):
+        auto_shardings(model, args, mesh={"model": 4})
+    with pytest.raises(MeshError, match="needs 4 devices"):
+        export_to_stablehlo(model, args, mesh={"model": 4}, shardings="auto")
+    assert pjrt.STATS == compiled
+
+
+def test_unmeetable_or_bad_budget_is_refused(tmp_path, monkeypatch):
+    mesh = {"model": 1}
+    monkeypatch.setenv(FILE_VARIABLE, auto_checks.stated_costs(tmp_path, "one", mesh, latency=1e-5))
+    model, args = auto_checks._mlp()
+    with pytest.raises(ShardingError, match=r"max_bytes_per_device=1000: .* at least 8404992 bytes per device"):
+        auto_shardings(model, args, mesh=mesh, max_bytes_per_device=1000)
+    with pytest.raises(ShardingError, match="positive number of bytes"):
+        auto_shardings(model, args, mesh=mesh, max_bytes_per_device=-5)
