@@ -54,8 +54,11 @@ def broadcast_to(ctx: LoweringContext, value: ir.Value, sizes) -> ir.Value:
 
 
 def reshape(ctx: LoweringContext, value: ir.Value, sizes) -> ir.Value:
+    """``value`` reshaped to torch ``sizes`` (static or symbolic). A value of the same type is returned as it is
+    only where its sizes are known to be ``sizes``: with one ``?`` dim at most (the element count fixes it), or
+    its recorded sizes equal them; ``?x?`` to ``?x?`` may still move elements between the dims."""
     result_type = ir.RankedTensorType.get(mlir_shape(sizes), value_type(value).element_type)
-    if value_type(value) == result_type:
+    if value_type(value) == result_type and (static_shape(value).count(DYNAMIC) <= 1 or has_sizes(ctx, value, sizes)):
         return value
     source = producer(value)
     if source is not None and source.name in ("stablehlo.reshape", "stablehlo.dynamic_reshape"):
