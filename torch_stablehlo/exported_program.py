@@ -75,6 +75,19 @@ def input_kinds(program: ExportedProgram, written: set[torch.fx.Node]) -> list[s
     return kinds
 
 
+def shape_env_of(program: ExportedProgram):
+    """The ShapeEnv of the program's symbolic sizes (reachable from its placeholders' fake values in the process
+    that exported it), or None (a program without fake values, such as one loaded from disk without them)."""
+    for node in program.graph.nodes:
+        value = node.meta.get("val") if node.op == "placeholder" else None
+        if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+            return value.node.shape_env
+        fake_mode = getattr(value, "fake_mode", None)
+        if getattr(fake_mode, "shape_env", None) is not None:
+            return fake_mode.shape_env
+    return None
+
+
 def returned_placeholders(graph_module: torch.fx.GraphModule, kinds: Sequence[str | None]) -> list[torch.fx.Node]:
     """The placeholders whose writes are the program's own outputs (``RETURNED_KINDS``: user inputs, parameters),
     given each placeholder's kind in order (``input_kinds``, or a signature's slot kinds): the graph walk leaves

@@ -16,6 +16,7 @@ from torch_stablehlo.stablehlo_ir.dtypes import SCALAR_DTYPES
 
 from ..constants import constant
 from ..emit.elementwise import compare
+from ..emit.padded import bound_scalar
 from ..promotion import convert
 from ..registry import lower
 from ..shapes import dim_size, reshape
@@ -30,8 +31,9 @@ def _dtype(meta) -> torch.dtype:
 
 @lower(aten._local_scalar_dense.default)
 def local_scalar_dense(ctx, x):
-    """``x.item()`` as a 0-d int64, float64 or bool tensor (the Python number it stands for)."""
-    return convert(reshape(ctx, x, []), _dtype(ctx.out_meta))
+    """``x.item()`` as a 0-d int64, float64 or bool tensor (the Python number it stands for); a bounded int is a
+    size tensors may have (``emit.padded.bound_scalar``)."""
+    return bound_scalar(ctx, convert(reshape(ctx, x, []), _dtype(ctx.out_meta)), ctx.out_meta)
 
 
 @lower(aten.sym_size.int)

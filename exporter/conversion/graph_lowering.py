@@ -91,6 +91,9 @@ class GraphLowering:
                     self._seed = argument
                 elif slot.kind == PLATFORM_INDEX:
                     self._platform_index = argument
+                elif slot.scalar:  # an int input: its symbol's value, where no input dim has it
+                    argument_of[node_of[slot]] = argument
+                    self.dims.bind_scalar(node_of[slot].meta["val"].node.expr, argument)
                 else:
                     argument_of[node_of[slot]] = argument
                     self.dims.bind_input(argument, node_of[slot].meta["val"].shape)
@@ -297,8 +300,9 @@ def _result_types(meta) -> list[ir.RankedTensorType]:
 
 
 def _argument_type(slot: InputSlot, node: torch.fx.Node | None) -> ir.RankedTensorType:
-    """A placeholder's type from its meta (symbolic dims as ``?``); ``rng_seed``'s from its spec."""
-    if node is None:
+    """A placeholder's type from its meta (symbolic dims as ``?``); ``rng_seed``'s and an int input's from its
+    spec."""
+    if node is None or slot.scalar:
         return tensor_type(slot.tensor.shape, slot.tensor.torch_dtype)
     return tensor_type(node.meta["val"].shape, node.meta["val"].dtype)
 

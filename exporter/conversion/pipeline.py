@@ -17,7 +17,7 @@ from torch._export.utils import _get_decomp_for_cia
 from torch.export import ExportedProgram
 
 from torch_stablehlo.aten_lowerings import op_name
-from torch_stablehlo.exported_program import kind_name, returned_placeholders, weight_values
+from torch_stablehlo.exported_program import kind_name, returned_placeholders, shape_env_of, weight_values
 from torch_stablehlo.quantize import lowering_graph, plain_quantized_weights, prepare_quantized
 from torch_stablehlo.stablehlo_ir.mlir_context import make_context
 
@@ -26,6 +26,7 @@ from .composites import outline_composites
 from .graph_lowering import GraphLowering, functionalised_for, unsupported_targets
 from .inplace import functionalised, unfunctionalised_mutations, written_placeholders
 from .locations import describe
+from .read_only import untouched
 from .sharding import shard_signature
 from .signature import Signature, program_input_kinds, signature_of
 from .weight_stacks import fold_weight_stacks
@@ -43,7 +44,8 @@ class Conversion:
     def lower(self, exposed: Sequence[torch.fx.Node] = ()) -> ir.Module:
         """``@main`` in a fresh module, for the signature's platforms; it also returns the values of the
         ``exposed`` top-graph nodes, last."""
-        return GraphLowering(self.graph_module, self.signature, exposed, self.writes).lower(make_context())
+        with untouched(shape_env_of(self.program), "lowering"):
+            return GraphLowering(self.graph_module, self.signature, exposed, self.writes).lower(make_context())
 
 
 def convert(model, args=(), kwargs=None, *, dynamic_shapes=None, quantized_ops: str = "fused", mesh=None,
@@ -51,14 +53,16 @@ def convert(model, args=(), kwargs=None, *, dynamic_shapes=None, quantized_ops: 
     """``model`` (an ``nn.Module``, exported here, or an ``ExportedProgram``) ready to lower; ``quantized_ops``,
     ``mesh``, ``shardings`` and ``platforms`` (checked) as ``export_to_stablehlo`` takes them; no platforms:
     JAX's default backend lowers the JAX functions, and a user's lowering for any platform may be picked."""
-    program, writes = _decomposed(prepare_quantized(_exported(model, args, kwargs, dynamic_shapes)))
-    checked = program.graph_module
-    program = fold_weight_stacks(program)
-    signature = shard_signature(signature_of(program), mesh, shardings, program.graph_module)
-    signature.platforms = list(platforms)
-    graph_module = outline_composites(lowering_graph(program, quantized_ops))
-    if graph_module is not checked:  # stacks folded, quantization ops annotated or composites outlined: a copy
-        writes = functionalised_for(graph_module, signature)
+    exported = _exported(model, args, kwargs, dynamic_shapes)
+    with untouched(shape_env_of(exported)):  # the caller's program stays as it was (``read_only``)
+        program, writes = _decomposed(prepare_quantized(exported))
+        checked = program.graph_module
+        program = fold_weight_stacks(program)
+        signature = shard_signature(signature_of(program), mesh, shardings, program.graph_module)
+        signature.platforms = list(platforms)
+        graph_module = outline_composites(lowering_graph(program, quantized_ops))
+        if graph_module is not checked:  # stacks folded, quantization ops annotated or composites outlined: a copy
+            writes = functionalised_for(graph_module, signature)
     return Conversion(program, signature, graph_module, writes, _held_values(program, signature))
 
 
