@@ -132,13 +132,14 @@ class GraphLowering:
     def _output_sizes(self, output: torch.fx.Node) -> list:
         """The true sizes of the outputs' data-dependent dims, in the signature's order (``Signature.sizes``)."""
         metas = [a.meta.get("val") for a in output.args[0] if isinstance(a, torch.fx.Node)]
-        symbols = {str(s): s for s in self.dims.bound}
         sizes = []
         for name in self.signature.sizes:
-            if name not in symbols:
-                raise LoweringError(f"an output has the data-dependent size {name}, which is not the size of a "
-                                    "data-dependent op's result (nonzero, unique, ...): only those can be returned")
-            sizes.append(self.dims.actual.size(_size_named(metas, name)))
+            size = _size_named(metas, name)
+            if not self.dims.knows(size):
+                raise LoweringError(f"an output has the data-dependent size {name}, which is not made of the sizes "
+                                    "of data-dependent ops' results (nonzero, unique, a bounded .item(), ...): only "
+                                    "those can be returned")
+            sizes.append(self.dims.actual.size(size))
         return sizes
 
     def lower_graph(self, graph_module: torch.fx.GraphModule, inputs: Sequence, dims: PaddedDims | None = None) -> list:
