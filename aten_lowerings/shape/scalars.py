@@ -143,6 +143,23 @@ def sym_float(ctx, a):
     return convert(_operands(ctx, a)[0], torch.float64)
 
 
+@lower(torch._sym_sqrt)
+def sym_sqrt(ctx, a):
+    """``torch.sym_sqrt(n)`` (math.sqrt of a SymInt or SymFloat): a float64."""
+    return stablehlo.sqrt(convert(_operands(ctx, a)[0], torch.float64))
+
+
+@lower(torch.sym_sum)
+def sym_sum(ctx, operands):
+    """``torch.sym_sum([a, b, ...])``: their sum, in the result's scalar dtype (sums of input dims are emitted
+    from their expression before any rule; this takes data-dependent ones and floats)."""
+    values = _operands(ctx, *operands)
+    total = values[0]
+    for value in values[1:]:
+        total = stablehlo.add(total, value)
+    return convert(total, _dtype(ctx.out_meta))
+
+
 @lower(torch.sym_ite)
 def sym_ite(ctx, condition, if_true, if_false):
     """``torch.sym_ite(b, t, f)``: t where b holds, else f, in the result's scalar dtype."""

@@ -111,7 +111,8 @@ def _decomposed(program: ExportedProgram) -> tuple[ExportedProgram, dict]:
         program = program.run_decompositions(decomposable)
         writes, missing = _checked(program)
     if missing:
-        raise UnsupportedOpsError({op_name(t): (len(nodes), describe(nodes[0])) for t, nodes in missing.items()})
+        raise UnsupportedOpsError({_unsupported_name(t, nodes[0]): (len(nodes), describe(nodes[0]))
+                                   for t, nodes in missing.items()})
     uncarried = unfunctionalised_mutations(program.graph_module, writes)
     if uncarried:
         raise LoweringError(f"{len(uncarried)} in-place write(s) cannot be carried, e.g. {op_name(uncarried[0].target)} "
@@ -119,6 +120,13 @@ def _decomposed(program: ExportedProgram) -> tuple[ExportedProgram, dict]:
                             "that is read again through another alias, or state torch did not functionalise; "
                             "write the whole tensor (index_copy_, copy_) instead")
     return program, writes
+
+
+def _unsupported_name(target, node: torch.fx.Node) -> str:
+    """The op's name; a functionalised custom op's (``auto_functionalized_v2``) with the op it wraps."""
+    wrapped = node.args[0] if node.args and isinstance(node.args[0], torch._ops.OpOverload) else None
+    return f"{op_name(target)}({op_name(wrapped)})" if wrapped is not None and "auto_functionalized" in \
+        op_name(target) else op_name(target)
 
 
 def _refuse_uncarried_constants(program: ExportedProgram, mutations: list[torch.fx.Node]) -> None:
