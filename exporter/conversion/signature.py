@@ -223,7 +223,7 @@ class Signature:
             raise InputError(f"keyword inputs: expected {expected_keys}"
                              + (f"; unexpected {unknown}" if unknown else "")
                              + (f"; missing {missing}" if missing else ""))
-        flat, spec = pytree.tree_flatten((tuple(args), {k: kwargs[k] for k in expected_keys}))
+        flat, spec = pytree.tree_flatten(_sizes_as_tuples((tuple(args), {k: kwargs[k] for k in expected_keys})))
         if spec != in_spec:
             raise InputError(f"inputs do not have the structure the model was exported with.\n"
                              f"  expected: {in_spec}\n  got:      {spec}")
@@ -391,6 +391,17 @@ def signature_of(ep: torch.export.ExportedProgram) -> Signature:
                           arg_names=list(call_signature.forward_arg_names or [])[:in_spec.child(0).num_children])
     signature._trees.update(in_spec=in_spec, out_spec=out_spec)  # in this process: the exact types
     return signature
+
+
+def _sizes_as_tuples(value):
+    """``value`` with each ``torch.Size`` in its lists, tuples and dicts a tuple, as torch.export flattens one."""
+    if isinstance(value, torch.Size):
+        return tuple(value)
+    if type(value) in (list, tuple):
+        return type(value)(_sizes_as_tuples(v) for v in value)
+    if type(value) is dict:
+        return {k: _sizes_as_tuples(v) for k, v in value.items()}
+    return value
 
 
 def is_symbolic_int(meta) -> bool:

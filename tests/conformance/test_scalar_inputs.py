@@ -61,3 +61,18 @@ def test_a_specialisation_during_conversion_is_undone_and_named():
     with pytest.raises(Exception, match="Guard failed"):
         ep.module()(11, make(4))
     torch.testing.assert_close(export_to_stablehlo(ep)(5, make(4)), ep.module()(5, make(4)))
+
+
+class ViewTo(torch.nn.Module):
+    def forward(self, x, size):
+        return x.view(size)
+
+
+def test_torch_size_input():
+    """torch's test_size_input: a ``torch.Size`` is flattened as the tuple it is (it was refused as another
+    structure)."""
+    ep = torch.export.export(ViewTo(), (make(6), torch.Size([2, 3])))
+    artifact = export_to_stablehlo(ep)
+    torch.testing.assert_close(artifact(make(6), torch.Size([2, 3])), ep.module()(make(6), torch.Size([2, 3])))
+    with pytest.raises(InputError, match="specialised to 2 at export; got 3"):
+        artifact(make(6), torch.Size([3, 2]))
