@@ -19,7 +19,7 @@ from ..errors import LoweringError
 
 
 @dataclass(frozen=True)
-class _Recorded:
+class ShapeEnvRecords:
     """What a ShapeEnv has recorded about its symbols (the parts a guard or a specialisation changes)."""
     replacements: dict
     var_to_range: dict
@@ -29,7 +29,7 @@ class _Recorded:
     num_deferred_runtime_asserts: int
 
     @classmethod
-    def of(cls, shape_env) -> "_Recorded":
+    def of(cls, shape_env) -> "ShapeEnvRecords":
         return cls(dict(shape_env.replacements), dict(shape_env.var_to_range), len(shape_env.guards),
                    frozenset(shape_env.divisible),
                    {symbol: list(asserts) for symbol, asserts in shape_env.deferred_runtime_asserts.items()},
@@ -52,11 +52,11 @@ def untouched(shape_env, what: str = "converting"):
     if shape_env is None:
         yield
         return
-    before = _Recorded.of(shape_env)
+    before = ShapeEnvRecords.of(shape_env)
     try:
         yield
     finally:
-        after = _Recorded.of(shape_env)
+        after = ShapeEnvRecords.of(shape_env)
         if after != before:
             before.restore(shape_env)
     specialised = {symbol: value for symbol, value in after.replacements.items()

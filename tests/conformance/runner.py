@@ -4,12 +4,11 @@ mutates; and converting it twice must leave it as it was (its graph, weights, Sh
 
 Programs come from ExportDB (``torch._export.db.examples``, shipped in the torch wheel: the programs torch.export's
 authors document) and from ``examples.py`` (our own, written after torch.export's public documentation).
-``python -m tests.conformance.runner`` prints each program's result and the counts.
+``python -m tests.conformance`` prints each program's result and the counts.
 """
 from __future__ import annotations
 
 import copy
-import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -18,7 +17,7 @@ from torch._export.db.case import SupportLevel
 from torch._export.db.examples import all_examples
 
 from torch_stablehlo.exporter import export_to_stablehlo
-from torch_stablehlo.exporter.conversion.read_only import _Recorded
+from torch_stablehlo.exporter.conversion.read_only import ShapeEnvRecords
 from torch_stablehlo.exported_program import shape_env_of
 
 
@@ -54,7 +53,7 @@ def _snapshot(ep: torch.export.ExportedProgram) -> tuple:
     shape_env = shape_env_of(ep)
     weights = {k: v.detach().clone() for k, v in [*ep.state_dict.items(), *ep.constants.items()]
                if isinstance(v, torch.Tensor)}
-    return ep.graph_module.code, weights, _Recorded.of(shape_env) if shape_env is not None else None, \
+    return ep.graph_module.code, weights, ShapeEnvRecords.of(shape_env) if shape_env is not None else None, \
         dict(ep.range_constraints)
 
 
@@ -107,17 +106,3 @@ def run(cases: list[Case], twice: bool = True, report: Callable[[str], None] = p
             results[case.name] = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"[:200]
         report(f"{case.name}: {results[case.name]}")
     return results
-
-
-def main() -> int:
-    from .examples import CASES  # noqa: PLC0415  (run as a script from the repository root)
-    for title, cases in [("ExportDB (supported)", exportdb_cases()), ("ExportDB (not supported yet)",
-                                                                     exportdb_cases(False)), ("our examples", CASES)]:
-        print(f"== {title}")
-        results = run(cases)
-        print(f"-- {sum(r == 'ok' for r in results.values())}/{len(results)} pass")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,7 +1,7 @@
 """The conformance runner (``runner``) over ExportDB's supported programs and our own examples (``examples``):
 each converts, matches ``ep.module()`` on its example (and extra) inputs, writes the inputs it mutates alike, and
 leaves the program as it was. Our examples are converted twice (the second conversion sees what the first left);
-ExportDB's once, twice under ``--full-sweep``. ``python -m tests.conformance.runner`` prints every case's result,
+ExportDB's once, twice under ``--full-sweep``. ``python -m tests.conformance`` prints every case's result,
 ExportDB's not-yet-supported cases too (a measurement outside the suite)."""
 import pytest
 
