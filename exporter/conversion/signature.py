@@ -255,6 +255,11 @@ class Signature:
             if value is not None and not slot.scalar:
                 value = uncarried(value, slot.tensor.torch_dtype)
                 for dim, size in enumerate(slot.tensor.shape):
+                    if size in sizes and not 0 <= sizes[size] <= value.shape[dim]:
+                        raise DimensionError(
+                            f"output '{slot.tensor.name}' has the data-dependent size {size} = {sizes[size]} along dim "
+                            f"{dim}, outside [0, {value.shape[dim]}], the bound it was exported with (torch._check): "
+                            "the inputs break a check the program makes")
                     if size in sizes:
                         value = value.narrow(dim, 0, sizes[size])
             values.append(value)

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from torch_stablehlo.exporter import export_to_stablehlo
-from torch_stablehlo.exporter.errors import LoweringError
+from torch_stablehlo.exporter.errors import DimensionError, LoweringError
 
 
 class Bounded(torch.nn.Module):
@@ -31,6 +31,8 @@ def test_bounded_item_sizes_are_padded_with_their_true_size():
     for value in (4, 0, 5, 2):
         inputs = (torch.tensor(value), torch.arange(2.0))
         torch.testing.assert_close(artifact(*inputs), ep.module()(*inputs))
+    with pytest.raises(DimensionError, match=r"data-dependent size u\d+ = 7 along dim 0, outside \[0, 5\]"):
+        artifact(torch.tensor(7), torch.arange(2.0))  # eager's check fails too
 
 
 def test_unbounded_item_size_is_refused_naming_the_symbol():
