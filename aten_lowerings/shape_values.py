@@ -80,6 +80,10 @@ class SymbolicDims:
                 not e.is_Integer or int(e) == d for e, d in zip(exprs, shape) if d != ir.ShapedType.get_dynamic_size()):
             self._known[value] = exprs
 
+    def is_size(self, value: ir.Value) -> bool:
+        """Whether ``value`` is a size emitted here (an expression of input dims, not a number read from data)."""
+        return value in self._named
+
     def sizes_of(self, value: ir.Value) -> tuple[sympy.Expr, ...] | None:
         """``value``'s torch sizes as sympy expressions, where ``note`` recorded them."""
         return self._known.get(value)

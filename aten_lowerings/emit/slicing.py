@@ -81,11 +81,12 @@ def strided_slice(ctx, x: ir.Value, starts, limits, strides, sizes) -> ir.Value:
         value = stablehlo.dynamic_slice(x, [index_value(ctx, start) for start in starts], window)
         return value if all(step == 1 for step in steps) else stablehlo.slice(value, [0] * len(window), window, steps)
     start_indices = ctx.shape_value(starts)
-    if None in steps:
+    if None in steps or all(not isinstance(s, ir.Value) or ctx.dims.is_size(s) for s in starts):
+        # bounds that are sizes: refinement makes every operand a constant
         return stablehlo.real_dynamic_slice(tensor_type(sizes, dtype_of(x)), x, start_indices,
                                             ctx.shape_value(limits), ctx.shape_value(strides))
-    # the window the slice covers, from its starts to starts + window (refinement makes that a dynamic_slice),
-    # then its every step-th element (constant bounds once refined: a slice)
+    # starts read from data: the window the slice covers, from its starts to starts + window (refinement makes that
+    # a dynamic_slice), then its every step-th element (constant bounds once refined: a slice)
     window = [DYNAMIC if not isinstance(size, int) else max((size - 1) * step + 1, 0) for size, step in zip(sizes, steps)]
     window_sizes = ctx.shape_value(sizes)
     if any(step != 1 for step in steps):
