@@ -14,7 +14,17 @@ from .mlir_types import element_type
 from .shapes import broadcast_in_dim
 
 
+def _check_concrete(number) -> None:
+    """Refuse a symbolic number (SymInt, SymFloat, SymBool) where a constant is needed: casting it would
+    specialise its symbol in the program's own shape environment (its guards and every later use would see one
+    value) and bake that one value into the module."""
+    if isinstance(number, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+        raise NotImplementedError(f"the symbolic value {number} where a constant is needed (a rule takes it as a "
+                                  "value: ctx.dims.size)")
+
+
 def _scalar_attr(number, dtype: torch.dtype) -> ir.Attribute:
+    _check_concrete(number)
     mlir_type = element_type(dtype)
     if dtype.is_floating_point:
         return ir.FloatAttr.get(mlir_type, float(number))
@@ -40,6 +50,7 @@ def array_constant(array: np.ndarray, dtype: torch.dtype) -> ir.Value:
 
 def scalar_to_dtype(number, dtype: torch.dtype):
     """Python number cast the way torch casts a scalar operand (bool/int/float)."""
+    _check_concrete(number)
     if dtype == torch.bool:
         return bool(number)
     if not dtype.is_floating_point and not dtype.is_complex:

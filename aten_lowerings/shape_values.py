@@ -50,6 +50,7 @@ class SymbolicDims:
         self._reads: dict[tuple[ir.Value, int], ir.Value] = {}  # (value, dim) -> its size
         self._known: dict[ir.Value, tuple[sympy.Expr, ...]] = {}  # a value -> its torch sizes
         self._named: dict[ir.Value, sympy.Expr] = {}  # a size value emitted here -> its expression
+        self._scalars: dict[sympy.Symbol, ir.Value] = {}  # a symbol that is an int argument's value (0-d i64)
 
     def bind_input(self, value: ir.Value, sizes) -> None:
         self.note(value, sizes)
@@ -61,6 +62,10 @@ class SymbolicDims:
                     (symbol,) = expr.free_symbols
                     if expr.is_polynomial(symbol) and sympy.degree(expr, symbol) == 1:
                         self._derived.setdefault(symbol, (value, dim, expr))
+
+    def bind_scalar(self, symbol: sympy.Symbol, value: ir.Value) -> None:
+        """``symbol`` is the value of an int argument (``value``, 0-d i64), where no input dim has it."""
+        self._scalars.setdefault(symbol, value)
 
     def size(self, size) -> ir.Value:
         """0-d i64 value of an int or SymInt; a 0-d i64 value is returned as it is."""
@@ -74,6 +79,10 @@ class SymbolicDims:
         if shape is not None and len(shape) == len(exprs) and all(
                 not e.is_Integer or int(e) == d for e, d in zip(exprs, shape) if d != ir.ShapedType.get_dynamic_size()):
             self._known[value] = exprs
+
+    def is_size(self, value: ir.Value) -> bool:
+        """Whether ``value`` is a size emitted here (an expression of input dims, not a number read from data)."""
+        return value in self._named
 
     def sizes_of(self, value: ir.Value) -> tuple[sympy.Expr, ...] | None:
         """``value``'s torch sizes as sympy expressions, where ``note`` recorded them."""
@@ -131,7 +140,8 @@ class SymbolicDims:
 
     def _emittable(self, expr: sympy.Expr) -> bool:
         """Whether every symbol of ``expr`` is bound (to an input dim, or by ``PaddedDims.bind``)."""
-        return all(s in self._cache or s in self._sources or s in self._derived for s in expr.free_symbols)
+        return all(s in self._cache or s in self._sources or s in self._derived or s in self._scalars
+                   for s in expr.free_symbols)
 
     def _expr(self, expr: sympy.Expr) -> ir.Value:
         if expr not in self._cache:
@@ -145,13 +155,16 @@ class SymbolicDims:
         if expr in self._sources:
             return self._read(*self._sources[expr])
         if isinstance(expr, sympy.Symbol):
+            if expr in self._scalars:
+                return self._scalars[expr]
             if expr in self._derived:  # a*s + b = size, so s = (size - b) / a
                 value, dim, derived = self._derived[expr]
                 slope, offset = derived.coeff(expr), derived.subs(expr, 0)
                 size = stablehlo.subtract(self._read(value, dim), i64_scalar(int(offset)))
                 return stablehlo.divide(size, i64_scalar(int(slope)))
             raise NotImplementedError(
-                f"size symbol {expr} is not a dim of any graph input (data-dependent sizes are not supported here)")
+                f"the size {expr} is data-dependent (from .item(), nonzero, ...) and has no upper bound, so no padded "
+                f"size can hold it: bound it where it is made (torch._check({expr} <= N)), or make the size static")
         operands = [self._expr(a) for a in expr.args]
         if isinstance(expr, sympy.Add):
             return _fold(stablehlo.add, operands)

@@ -42,9 +42,9 @@ def broadcast_in_dim(ctx: LoweringContext, value: ir.Value, sizes, dims: Sequenc
     expanding = [i for i, (size, d) in enumerate(zip(static_shape(value), dims))
                  if size == 1 and size_expr(sizes[d]) != 1]  # sympy's != compares, torch's would guard
     kept = [i for i in range(len(dims)) if i not in expanding]
-    return stablehlo.dynamic_broadcast_in_dim(result_type, value, ctx.shape_value(sizes), list(dims),
-                                              known_expanding_dimensions=expanding or None,
-                                              known_nonexpanding_dimensions=kept or None)
+    return _noted(ctx, stablehlo.dynamic_broadcast_in_dim(result_type, value, ctx.shape_value(sizes), list(dims),
+                                                          known_expanding_dimensions=expanding or None,
+                                                          known_nonexpanding_dimensions=kept or None), sizes)
 
 
 def broadcast_to(ctx: LoweringContext, value: ir.Value, sizes) -> ir.Value:
@@ -54,15 +54,24 @@ def broadcast_to(ctx: LoweringContext, value: ir.Value, sizes) -> ir.Value:
 
 
 def reshape(ctx: LoweringContext, value: ir.Value, sizes) -> ir.Value:
+    """``value`` reshaped to torch ``sizes`` (static or symbolic). A value of the same type is returned as it is
+    only where its sizes are known to be ``sizes``: with one ``?`` dim at most (the element count fixes it), or
+    its recorded sizes equal them; ``?x?`` to ``?x?`` may still move elements between the dims."""
     result_type = ir.RankedTensorType.get(mlir_shape(sizes), value_type(value).element_type)
-    if value_type(value) == result_type:
+    if value_type(value) == result_type and (static_shape(value).count(DYNAMIC) <= 1 or has_sizes(ctx, value, sizes)):
         return value
     source = producer(value)
     if source is not None and source.name in ("stablehlo.reshape", "stablehlo.dynamic_reshape"):
         return reshape(ctx, source.operands[0], sizes)  # a reshape of a reshape: one reshape of the first's operand
     if is_static(sizes):
         return stablehlo.reshape(result_type, value)
-    return stablehlo.dynamic_reshape(result_type, value, ctx.shape_value(sizes))
+    return _noted(ctx, stablehlo.dynamic_reshape(result_type, value, ctx.shape_value(sizes)), sizes)
+
+
+def _noted(ctx: LoweringContext, value: ir.Value, sizes) -> ir.Value:
+    """``value``, a dynamic op's result of torch ``sizes``, with its sizes recorded (``has_sizes`` then knows them)."""
+    ctx.dims.note(value, sizes)
+    return value
 
 
 def dim_size(ctx: LoweringContext, value: ir.Value, dim: int) -> ir.Value:
@@ -90,4 +99,4 @@ def iota(ctx: LoweringContext, sizes, dim: int, dtype: torch.dtype = torch.int64
     result_type = tensor_type(sizes, dtype)
     if is_static(sizes):
         return stablehlo.iota(result_type, dim)
-    return stablehlo.dynamic_iota(result_type, ctx.shape_value(sizes), dim)
+    return _noted(ctx, stablehlo.dynamic_iota(result_type, ctx.shape_value(sizes), dim), sizes)

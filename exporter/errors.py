@@ -17,12 +17,31 @@ class UnsupportedOpsError(ExportError):
 
     def __init__(self, unsupported: dict[str, tuple[int, str]]):
         self.unsupported = unsupported
-        lines = [f"  {name}  (x{count}), first at {where}"
+        lines = [f"  {name}  (x{count}), first at {where}{_hint(name)}"
                  for name, (count, where) in sorted(unsupported.items())]
         super().__init__(
             f"{len(unsupported)} op(s) in this program have no StableHLO lowering and no torch "
             "decomposition:\n" + "\n".join(lines)
-            + "\nRewrite the model to avoid them, or register a lowering with aten_lowerings.lower().")
+            + "\nRewrite the model to avoid them, or register a lowering for each with "
+              "torch_stablehlo.exporter.lowering(op) (a JAX function).")
+
+
+_COLLECTIVE_NAMESPACES = ("_c10d_functional", "c10d_functional", "c10d", "_dtensor")
+
+
+def _hint(name: str) -> str:
+    """What an op without a lowering needs, by its kind: a custom op or a collective needs the user's lowering."""
+    namespace = name.split(".")[0].split("(")[0]
+    if namespace.startswith("auto_functionalized"):
+        return ("\n    a custom op that writes its arguments (mutates_args): define it functionally (mutates_args=(), "
+                "returning the new value; write it back with x.copy_(op(x))) and register its lowering with "
+                "torch_stablehlo.exporter.lowering")
+    if namespace in _COLLECTIVE_NAMESPACES:
+        return ("\n    a collective (torch.distributed): it needs a user lowering (torch_stablehlo.exporter.lowering), "
+                "or export the single-device model and split it with mesh= and shardings=")
+    if namespace not in ("aten", "prims", "higher_order") and "." in name:
+        return f"\n    a custom op ({namespace}): it needs a user lowering, torch_stablehlo.exporter.lowering({name})"
+    return ""
 
 
 class LoweringError(ExportError):

@@ -18,7 +18,7 @@ from torch.export import ExportedProgram
 from torch.nn.utils import parametrize
 
 from ..exported_program import WeightRewrite, is_weight, weight_values
-from .schemes import UnsupportedQuantizationError, qd
+from .schemes import qd
 
 INNER_TENSOR = torch.ops.export.access_subclass_inner_tensor.default
 
@@ -79,7 +79,8 @@ def plain_quantized_weights(model: torch.nn.Module) -> torch.nn.Module:
 def unwrapped_weights(program: ExportedProgram) -> ExportedProgram:
     """``program`` itself when no weight is a tensor subclass, else a copy where each inner tensor the graph reads
     (``export.access_subclass_inner_tensor(weight, name)``) is a weight of its own, ``<weight>.<name>`` (a lifted
-    constant). Raises ``UnsupportedQuantizationError`` for a subclass weight the graph uses otherwise."""
+    constant). Where the graph's ops take a subclass weight whole, the program traced through the subclass
+    (``_flattened_subclasses``)."""
     placeholders = [n for n in program.graph.nodes if n.op == "placeholder"]
     targets = {node.name: spec.target for node, spec in zip(placeholders, program.graph_signature.input_specs)
                if is_weight(spec)}
@@ -87,15 +88,12 @@ def unwrapped_weights(program: ExportedProgram) -> ExportedProgram:
     wrapped = {name for name, target in targets.items() if _is_subclass(values[target])}
     if not wrapped:
         return program
+    if any(user.target != INNER_TENSOR for node in placeholders if node.name in wrapped for user in node.users):
+        return _flattened_subclasses(program, {targets[name]: type(values[targets[name]]) for name in wrapped})
     rewrite = WeightRewrite(program)
     for placeholder in [n for n in rewrite.graph.nodes if n.op == "placeholder" and n.name in wrapped]:
         target = targets[placeholder.name]
         for user in list(placeholder.users):
-            if user.target != INNER_TENSOR:
-                raise UnsupportedQuantizationError(
-                    f"weight '{target}'", f"torchao {type(values[target]).__name__}",
-                    f"read by {user.format_node()}; only its inner tensors (export.access_subclass_inner_tensor) "
-                    "can be converted")
             inner = user.args[1]
             unwrapped = rewrite.add_constant(f"{placeholder.name}_{inner}", f"{target}.{inner}",
                                              getattr(values[target], inner))
@@ -104,3 +102,23 @@ def unwrapped_weights(program: ExportedProgram) -> ExportedProgram:
             rewrite.graph.erase_node(user)
         rewrite.drop(placeholder)
     return rewrite.program()
+
+
+def _flattened_subclasses(program: ExportedProgram, subclasses: dict[str, type]) -> ExportedProgram:
+    """``program`` with its tensor-subclass weights, which its ops take whole (the subclass's own dispatch runs
+    them), made plain: ``run_decompositions`` traces through the subclass (``__tensor_flatten__``), each inner
+    tensor a weight of its own. Raises NotImplementedError naming the subclass where the program then returns
+    subclass tensors (the outputs would be its inner tensors, not what ``ep.module()`` returns) or the subclass
+    does not flatten."""
+    names = ", ".join(f"'{target}' ({cls.__module__}.{cls.__name__})" for target, cls in subclasses.items())
+    try:
+        flattened = program.run_decompositions({})
+    except Exception as error:  # noqa: BLE001  (any failure to trace through it is the subclass's to name)
+        raise NotImplementedError(f"tensor-subclass weight(s) {names} cannot be made plain "
+                                  f"({type(error).__name__}: {error}); give plain tensors") from error
+    user_outputs = [s for s in flattened.graph_signature.output_specs if s.kind.name == "USER_OUTPUT"]
+    if len(user_outputs) != flattened.call_spec.out_spec.num_leaves:
+        raise NotImplementedError(
+            f"tensor-subclass weight(s) {names} make the program return tensors of their subclass, which a "
+            "StableHLO function cannot return; return plain tensors (e.g. a subclass method that makes one)")
+    return flattened

@@ -31,7 +31,8 @@ INPUT_KINDS = {
 }
 """The input kinds the conversion takes (the signature refuses the others: custom objects, tokens)."""
 STATE = "state"
-"""The kind of a buffer or lifted constant the program writes (torch's ``buffers_to_mutate``, or in place in the
+"""The kind of a buffer, lifted constant or parameter the program writes (torch's ``buffers_to_mutate`` and
+``parameters_to_mutate``, a parameter written under ``no_grad``; or in place in the
 graph: a strict=False export keeps a static KV cache as constants written by ``index_copy_``): carried from call
 to call as ``ep.module()`` carries it, apart from the weights."""
 WEIGHT_KINDS = frozenset(kind.name for kind in INPUT_KINDS.values() if kind.weight)
@@ -45,7 +46,7 @@ STATE_UPDATE = "buffer_mutation"
 INPUT_UPDATE = "user_input_mutation"
 """An output that is the new value of a user input the program writes in place (its ``target``)."""
 OUTPUT_KINDS = {OutputKind.USER_OUTPUT: USER_OUTPUT, OutputKind.BUFFER_MUTATION: STATE_UPDATE,
-                OutputKind.USER_INPUT_MUTATION: INPUT_UPDATE}
+                OutputKind.PARAMETER_MUTATION: STATE_UPDATE, OutputKind.USER_INPUT_MUTATION: INPUT_UPDATE}
 """The output kinds the conversion takes, by the names the signature gives them (stored in artifacts)."""
 
 
@@ -64,13 +65,27 @@ def input_kinds(program: ExportedProgram, written: set[torch.fx.Node]) -> list[s
     that a buffer or lifted constant the program writes (``written``: the placeholders its graph writes in place;
     or torch's ``buffers_to_mutate``) is ``STATE``. The one answer to "which inputs are state"."""
     placeholders = [n for n in program.graph.nodes if n.op == "placeholder"]
-    mutated = set(program.graph_signature.buffers_to_mutate.values())
+    signature = program.graph_signature
+    mutated = set(signature.buffers_to_mutate.values()) | set(signature.parameters_to_mutate.values())
     kinds = []
-    for node, spec in zip(placeholders, program.graph_signature.input_specs):
+    for node, spec in zip(placeholders, signature.input_specs):
         kind = INPUT_KINDS.get(spec.kind)
-        carried = kind is not None and kind.weight and not kind.returned and (node in written or spec.target in mutated)
+        carried = kind is not None and kind.weight and (spec.target in mutated or (not kind.returned and node in written))
         kinds.append(STATE if carried else kind.name if kind is not None else None)
     return kinds
+
+
+def shape_env_of(program: ExportedProgram):
+    """The ShapeEnv of the program's symbolic sizes (reachable from its placeholders' fake values in the process
+    that exported it), or None (a program without fake values, such as one loaded from disk without them)."""
+    for node in program.graph.nodes:
+        value = node.meta.get("val") if node.op == "placeholder" else None
+        if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+            return value.node.shape_env
+        fake_mode = getattr(value, "fake_mode", None)
+        if getattr(fake_mode, "shape_env", None) is not None:
+            return fake_mode.shape_env
+    return None
 
 
 def returned_placeholders(graph_module: torch.fx.GraphModule, kinds: Sequence[str | None]) -> list[torch.fx.Node]:

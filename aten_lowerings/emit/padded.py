@@ -42,6 +42,10 @@ class PaddedDims(SymbolicDims):
         super().bind_input(value, sizes)
         self.actual.bind_input(value, sizes)
 
+    def bind_scalar(self, symbol: sympy.Symbol, value: ir.Value) -> None:
+        super().bind_scalar(symbol, value)
+        self.actual.bind_scalar(symbol, value)
+
     def bind(self, symbol: sympy.Symbol, padded: ir.Value, actual: ir.Value) -> None:
         """``symbol`` is ``padded`` (0-d i64) in shapes and ``actual`` as a value."""
         if symbol in self.bound:
@@ -72,6 +76,20 @@ def data_dependent_result(ctx, padded: ir.Value, actual: ir.Value, size, dim: in
     return padded
 
 
+def bound_scalar(ctx, value: ir.Value, meta) -> ir.Value:
+    """``value`` (0-d i64) is a data-dependent int (``.item()``), ``meta`` its SymInt: where torch knows an upper
+    bound for it (``torch._check(n <= 5)``), its symbol is bound, so a tensor of that size is held padded to the
+    bound with ``value`` as its true size (as ``nonzero``'s result is). Without a bound the symbol stays unbound;
+    a size made of it raises naming it (``shape_values``)."""
+    if not (isinstance(meta, torch.SymInt) and free_unbacked_symbols(meta) and isinstance(meta.node.expr, sympy.Symbol)
+            and isinstance(ctx.dims, PaddedDims)):
+        return value
+    upper = meta.node.shape_env.bound_sympy(meta.node.expr).upper
+    if isinstance(upper, sympy.Integer):
+        ctx.dims.bind(meta.node.expr, ctx.size_value(int(upper)), value)
+    return value
+
+
 # -- which ops may take a padded tensor (the graph lowering checks every node) ---------------------------------
 
 _LAYOUT_OPS = {aten.clone.default, aten.alias.default, aten.detach.default, aten._to_copy.default,
@@ -79,7 +97,12 @@ _LAYOUT_OPS = {aten.clone.default, aten.alias.default, aten.detach.default, aten
                aten.lift_fresh_copy.default, aten.permute.default, aten.transpose.int, aten.t.default,
                aten.unsqueeze.default, aten.stack.default, aten._assert_tensor_metadata.default, aten.sym_size.int,
                aten.alias_copy.default, aten.detach_copy.default, aten.permute_copy.default,
-               aten.transpose_copy.int, aten.t_copy.default, aten.unsqueeze_copy.default}
+               aten.transpose_copy.int, aten.t_copy.default, aten.unsqueeze_copy.default,
+               aten.expand.default, aten.expand_copy.default}  # expand: torch never broadcasts a symbolic size
+# reshapes: they keep the padding where only the leading dim is padded, in and out (the padding rows are then the
+# tail of the row-major elements, as in the result)
+_RESHAPES = {aten.view.default, aten.reshape.default, aten._unsafe_view.default, aten.view_copy.default,
+             aten.flatten.using_ints, aten.unflatten.int, aten._reshape_copy.default}
 # ops along one dim (``dim``, the second argument; the third for splits): they keep the padding of the other
 # dims in place
 _SPLITS = {aten.split.Tensor, aten.split_with_sizes.default, aten.split_copy.Tensor,
@@ -99,6 +122,8 @@ def keeps_padding(node: torch.fx.Node) -> bool:
         return True
     if target in _GATHERS:
         return not is_padded(node.args[0])
+    if target in _RESHAPES:
+        return all(not _padded_dim(n, d) for n in (node, node.args[0]) for d in range(1, n.meta["val"].dim()))
     if target not in _ALONG_DIM:
         return False
     dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0)

@@ -1,7 +1,10 @@
 """Slices and takes along dims, and the index arithmetic behind them.
 
 Bounds and indices may be Python ints, SymInts or 0-d i64 values: a static ``slice`` is emitted when everything
-is known, ``real_dynamic_slice`` otherwise.
+is known, a ``dynamic_slice`` when the result's sizes are, ``real_dynamic_slice`` otherwise: with unit steps its
+limits are its starts plus its sizes, the form shape refinement turns into a ``dynamic_slice`` once the sizes are
+known (XLA has no ``real_dynamic_slice``; the bounds are in range, so ``dynamic_slice``'s clamping changes
+nothing).
 """
 from __future__ import annotations
 
@@ -72,8 +75,33 @@ def strided_slice(ctx, x: ir.Value, starts, limits, strides, sizes) -> ir.Value:
         if static[:r] == [0] * r and static[r:2 * r] == static_shape(x) and static[2 * r:] == [1] * r:
             return x
         return stablehlo.slice(x, static[:r], static[r:2 * r], static[2 * r:])
-    return stablehlo.real_dynamic_slice(tensor_type(sizes, dtype_of(x)), x, ctx.shape_value(starts),
-                                        ctx.shape_value(limits), ctx.shape_value(strides))
+    steps = [known_int(step) for step in strides]
+    if None not in steps and is_static(sizes):  # bounds read from data (a cond's result, .item()), static sizes
+        window = [(int(size) - 1) * step + 1 if size else 0 for size, step in zip(sizes, steps)]
+        value = stablehlo.dynamic_slice(x, [index_value(ctx, start) for start in starts], window)
+        return value if all(step == 1 for step in steps) else stablehlo.slice(value, [0] * len(window), window, steps)
+    start_indices = ctx.shape_value(starts)
+    if None in steps or all(not isinstance(s, ir.Value) or ctx.dims.is_size(s) for s in starts):
+        # bounds that are sizes: refinement makes every operand a constant
+        return stablehlo.real_dynamic_slice(tensor_type(sizes, dtype_of(x)), x, start_indices,
+                                            ctx.shape_value(limits), ctx.shape_value(strides))
+    # starts read from data: the window the slice covers, from its starts to starts + window (refinement makes that
+    # a dynamic_slice), then its every step-th element (constant bounds once refined: a slice)
+    window = [DYNAMIC if not isinstance(size, int) else max((size - 1) * step + 1, 0) for size, step in zip(sizes, steps)]
+    window_sizes = ctx.shape_value(sizes)
+    if any(step != 1 for step in steps):
+        ones = constant(1, torch.int64, [len(steps)])
+        spans = stablehlo.add(stablehlo.multiply(stablehlo.subtract(window_sizes, ones),
+                                                 ctx.shape_value(steps)), ones)
+        window_sizes = stablehlo.maximum(spans, constant(0, torch.int64, [len(steps)]))
+    window_type = tensor_type(sizes, dtype_of(x)) if all(step == 1 for step in steps) else ir.RankedTensorType.get(
+        [DYNAMIC if not isinstance(w, int) else w for w in window], ir.RankedTensorType(x.type).element_type)
+    covered = stablehlo.real_dynamic_slice(window_type, x, start_indices, stablehlo.add(start_indices, window_sizes),
+                                           ctx.shape_value([1] * len(steps)))
+    if all(step == 1 for step in steps):
+        return covered
+    return stablehlo.real_dynamic_slice(tensor_type(sizes, dtype_of(x)), covered, ctx.shape_value([0] * len(steps)),
+                                        window_sizes, ctx.shape_value(steps))
 
 
 def slice_dim(ctx, x: ir.Value, dim: int, start, limit, sizes, step: int = 1) -> ir.Value:

@@ -127,6 +127,7 @@ def _softmax_times_values(ctx, scores, scores_sizes, value, v_sizes, q_sizes, ba
     out = contract(weights, value, range(batch), range(batch), [len(scores_sizes) - 1], [batch],
                    mlir_shape(out_sizes), dtype_of(weights))
     out = stablehlo.divide(out, broadcast_in_dim(ctx, total, out_sizes, row_dims))
+    ctx.dims.note(out, out_sizes)  # so the reshape below, to the same sizes without grouped heads, is none
     results = [reshape(ctx, out, q_sizes[:-1] + [v_sizes[-1]])]
     if outputs == 2:
         results.append(reshape(ctx, stablehlo.add(row_max, stablehlo.log(total)), q_sizes[:-1]))

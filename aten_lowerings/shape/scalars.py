@@ -16,6 +16,7 @@ from torch_stablehlo.stablehlo_ir.dtypes import SCALAR_DTYPES
 
 from ..constants import constant
 from ..emit.elementwise import compare
+from ..emit.padded import bound_scalar
 from ..promotion import convert
 from ..registry import lower
 from ..shapes import dim_size, reshape
@@ -30,8 +31,9 @@ def _dtype(meta) -> torch.dtype:
 
 @lower(aten._local_scalar_dense.default)
 def local_scalar_dense(ctx, x):
-    """``x.item()`` as a 0-d int64, float64 or bool tensor (the Python number it stands for)."""
-    return convert(reshape(ctx, x, []), _dtype(ctx.out_meta))
+    """``x.item()`` as a 0-d int64, float64 or bool tensor (the Python number it stands for); a bounded int is a
+    size tensors may have (``emit.padded.bound_scalar``)."""
+    return bound_scalar(ctx, convert(reshape(ctx, x, []), _dtype(ctx.out_meta)), ctx.out_meta)
 
 
 @lower(aten.sym_size.int)
@@ -139,6 +141,23 @@ def logical_not(ctx, a):
 @lower(torch.sym_float)
 def sym_float(ctx, a):
     return convert(_operands(ctx, a)[0], torch.float64)
+
+
+@lower(torch._sym_sqrt)
+def sym_sqrt(ctx, a):
+    """``torch.sym_sqrt(n)`` (math.sqrt of a SymInt or SymFloat): a float64."""
+    return stablehlo.sqrt(convert(_operands(ctx, a)[0], torch.float64))
+
+
+@lower(torch.sym_sum)
+def sym_sum(ctx, operands):
+    """``torch.sym_sum([a, b, ...])``: their sum, in the result's scalar dtype (sums of input dims are emitted
+    from their expression before any rule; this takes data-dependent ones and floats)."""
+    values = _operands(ctx, *operands)
+    total = values[0]
+    for value in values[1:]:
+        total = stablehlo.add(total, value)
+    return convert(total, _dtype(ctx.out_meta))
 
 
 @lower(torch.sym_ite)

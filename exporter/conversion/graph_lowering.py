@@ -91,6 +91,9 @@ class GraphLowering:
                     self._seed = argument
                 elif slot.kind == PLATFORM_INDEX:
                     self._platform_index = argument
+                elif slot.scalar:  # an int input: its symbol's value, where no input dim has it
+                    argument_of[node_of[slot]] = argument
+                    self.dims.bind_scalar(node_of[slot].meta["val"].node.expr, argument)
                 else:
                     argument_of[node_of[slot]] = argument
                     self.dims.bind_input(argument, node_of[slot].meta["val"].shape)
@@ -129,13 +132,14 @@ class GraphLowering:
     def _output_sizes(self, output: torch.fx.Node) -> list:
         """The true sizes of the outputs' data-dependent dims, in the signature's order (``Signature.sizes``)."""
         metas = [a.meta.get("val") for a in output.args[0] if isinstance(a, torch.fx.Node)]
-        symbols = {str(s): s for s in self.dims.bound}
         sizes = []
         for name in self.signature.sizes:
-            if name not in symbols:
-                raise LoweringError(f"an output has the data-dependent size {name}, which is not the size of a "
-                                    "data-dependent op's result (nonzero, unique, ...): only those can be returned")
-            sizes.append(self.dims.actual.size(_size_named(metas, name)))
+            size = _size_named(metas, name)
+            if not self.dims.knows(size):
+                raise LoweringError(f"an output has the data-dependent size {name}, which is not made of the sizes "
+                                    "of data-dependent ops' results (nonzero, unique, a bounded .item(), ...): only "
+                                    "those can be returned")
+            sizes.append(self.dims.actual.size(size))
         return sizes
 
     def lower_graph(self, graph_module: torch.fx.GraphModule, inputs: Sequence, dims: PaddedDims | None = None) -> list:
@@ -297,8 +301,9 @@ def _result_types(meta) -> list[ir.RankedTensorType]:
 
 
 def _argument_type(slot: InputSlot, node: torch.fx.Node | None) -> ir.RankedTensorType:
-    """A placeholder's type from its meta (symbolic dims as ``?``); ``rng_seed``'s from its spec."""
-    if node is None:
+    """A placeholder's type from its meta (symbolic dims as ``?``); ``rng_seed``'s and an int input's from its
+    spec."""
+    if node is None or slot.scalar:
         return tensor_type(slot.tensor.shape, slot.tensor.torch_dtype)
     return tensor_type(node.meta["val"].shape, node.meta["val"].dtype)
 

@@ -119,8 +119,25 @@ def written_placeholders(graph_module: torch.fx.GraphModule, writers=None) -> di
 def _written_arguments(node: torch.fx.Node) -> list[torch.fx.Node]:
     if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
         return []
-    return [value for argument, value in _bound(node)
-            if argument.alias_info is not None and argument.alias_info.is_write and isinstance(value, torch.fx.Node)]
+    unmarked = UNMARKED_WRITES.get(node.target)
+    written = [value for argument, value in _bound(node)
+               if argument.alias_info is not None and argument.alias_info.is_write and isinstance(value, torch.fx.Node)]
+    return written + (unmarked(node) if unmarked else [])
+
+
+def _batch_norm_statistics(node: torch.fx.Node) -> list[torch.fx.Node]:
+    """``native_batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps)`` in training
+    updates the running statistics given."""
+    bound = dict((argument.name, value) for argument, value in _bound(node))
+    if not bound.get("training"):
+        return []
+    return [bound[name] for name in ("running_mean", "running_var") if isinstance(bound.get(name), torch.fx.Node)]
+
+
+UNMARKED_WRITES = {aten.native_batch_norm.default: _batch_norm_statistics}
+"""Ops that write arguments their schema does not mark as written (``Tensor?``, not ``Tensor(a!)``): each one's
+written arguments at a node. torch.export keeps them in its graph unfunctionalised (``ep.module()`` runs them and
+updates what they write), so the conversion must functionalise them like any mutation."""
 
 
 def _same_type(node: torch.fx.Node, written) -> bool:
@@ -208,4 +225,4 @@ def unfunctionalised_mutations(graph_module: torch.fx.GraphModule, writes: dict)
     """The mutating nodes that the walk cannot functionalise (not among ``writes``, ``graph_module``'s
     ``functionalised``): they need ``run_decompositions``."""
     return [n for n in graph_module.graph.nodes if n.op == "call_function" and n not in writes
-            and isinstance(n.target, torch._ops.OpOverload) and n.target._schema.is_mutable]
+            and isinstance(n.target, torch._ops.OpOverload) and (n.target._schema.is_mutable or _written_arguments(n))]

@@ -17,7 +17,7 @@ from torch._export.utils import _get_decomp_for_cia
 from torch.export import ExportedProgram
 
 from torch_stablehlo.aten_lowerings import op_name
-from torch_stablehlo.exported_program import kind_name, returned_placeholders, weight_values
+from torch_stablehlo.exported_program import kind_name, returned_placeholders, shape_env_of, weight_values
 from torch_stablehlo.quantize import lowering_graph, plain_quantized_weights, prepare_quantized
 from torch_stablehlo.stablehlo_ir.mlir_context import make_context
 
@@ -27,6 +27,7 @@ from .composites import outline_composites
 from .graph_lowering import GraphLowering, functionalised_for, unsupported_targets
 from .inplace import functionalised, unfunctionalised_mutations, written_placeholders
 from .locations import describe
+from .read_only import untouched
 from .sharding import shard_signature
 from .signature import Signature, program_input_kinds, signature_of
 from .weight_stacks import fold_weight_stacks
@@ -45,7 +46,8 @@ class Conversion:
     def lower(self, exposed: Sequence[torch.fx.Node] = ()) -> ir.Module:
         """``@main`` in a fresh module, for the signature's platforms; it also returns the values of the
         ``exposed`` top-graph nodes, last."""
-        return GraphLowering(self.graph_module, self.signature, exposed, self.writes).lower(make_context())
+        with untouched(shape_env_of(self.program), "lowering"):
+            return GraphLowering(self.graph_module, self.signature, exposed, self.writes).lower(make_context())
 
 
 def convert(model, args=(), kwargs=None, *, dynamic_shapes=None, quantized_ops: str = "fused", mesh=None,
@@ -53,17 +55,19 @@ def convert(model, args=(), kwargs=None, *, dynamic_shapes=None, quantized_ops: 
     """``model`` (an ``nn.Module``, exported here, or an ``ExportedProgram``) ready to lower; ``quantized_ops``,
     ``mesh``, ``shardings`` and ``platforms`` (checked) as ``export_to_stablehlo`` takes them; no platforms:
     JAX's default backend lowers the JAX functions, and a user's lowering for any platform may be picked."""
-    program, writes, checked = _ready(model, args, kwargs, dynamic_shapes)
-    signature = signature_of(program)
-    if isinstance(shardings, str):
-        shardings = _searched_plan(program, signature, mesh, shardings, platforms)
-    signature = shard_signature(signature, mesh, shardings, program.graph_module)
-    signature.platforms = list(platforms)
-    graph_module = outline_composites(lowering_graph(program, quantized_ops))
-    if isinstance(shardings, ShardingPlan) and shardings.constraints and mesh is not None:  # activation layouts
-        graph_module = constrained_graph(graph_module, shardings.constraints)
-    if graph_module is not checked:  # stacks folded, quantization ops annotated or composites outlined: a copy
-        writes = functionalised_for(graph_module, signature)
+    exported = _exported(model, args, kwargs, dynamic_shapes)
+    with untouched(shape_env_of(exported)):  # the caller's program stays as it was (``read_only``)
+        program, writes, checked = _ready(exported)
+        signature = signature_of(program)
+        if isinstance(shardings, str):
+            shardings = _searched_plan(program, signature, mesh, shardings, platforms)
+        signature = shard_signature(signature, mesh, shardings, program.graph_module)
+        signature.platforms = list(platforms)
+        graph_module = outline_composites(lowering_graph(program, quantized_ops))
+        if isinstance(shardings, ShardingPlan) and shardings.constraints and mesh is not None:  # activation layouts
+            graph_module = constrained_graph(graph_module, shardings.constraints)
+        if graph_module is not checked:  # stacks folded, quantization ops annotated or composites outlined: a copy
+            writes = functionalised_for(graph_module, signature)
     plan = shardings if isinstance(shardings, ShardingPlan) and mesh is not None else None
     return Conversion(program, signature, graph_module, writes, _held_values(program, signature), plan)
 
@@ -71,14 +75,16 @@ def convert(model, args=(), kwargs=None, *, dynamic_shapes=None, quantized_ops: 
 def prepared_program(model, args=(), kwargs=None, dynamic_shapes=None) -> tuple[ExportedProgram, Signature]:
     """``model`` exported and made convertible as ``convert`` does, and its (unsharded) signature: what the
     sharding plans are made for."""
-    program = _ready(model, args, kwargs, dynamic_shapes)[0]
-    return program, signature_of(program)
+    exported = _exported(model, args, kwargs, dynamic_shapes)
+    with untouched(shape_env_of(exported)):
+        program = _ready(exported)[0]
+        return program, signature_of(program)
 
 
-def _ready(model, args, kwargs, dynamic_shapes) -> tuple[ExportedProgram, dict, torch.fx.GraphModule]:
-    """The program exported, quantization prepared, decomposed and its weight stacks folded; the functionalisation
-    of the graph that was checked, and that graph."""
-    program, writes = _decomposed(prepare_quantized(_exported(model, args, kwargs, dynamic_shapes)))
+def _ready(exported: ExportedProgram) -> tuple[ExportedProgram, dict, torch.fx.GraphModule]:
+    """The program with quantization prepared, decomposed and its weight stacks folded; the functionalisation of
+    the graph that was checked, and that graph."""
+    program, writes = _decomposed(prepare_quantized(exported))
     return fold_weight_stacks(program), writes, program.graph_module
 
 
@@ -136,7 +142,8 @@ def _decomposed(program: ExportedProgram) -> tuple[ExportedProgram, dict]:
         program = program.run_decompositions(decomposable)
         writes, missing = _checked(program)
     if missing:
-        raise UnsupportedOpsError({op_name(t): (len(nodes), describe(nodes[0])) for t, nodes in missing.items()})
+        raise UnsupportedOpsError({_unsupported_name(t, nodes[0]): (len(nodes), describe(nodes[0]))
+                                   for t, nodes in missing.items()})
     uncarried = unfunctionalised_mutations(program.graph_module, writes)
     if uncarried:
         raise LoweringError(f"{len(uncarried)} in-place write(s) cannot be carried, e.g. {op_name(uncarried[0].target)} "
@@ -144,6 +151,13 @@ def _decomposed(program: ExportedProgram) -> tuple[ExportedProgram, dict]:
                             "that is read again through another alias, or state torch did not functionalise; "
                             "write the whole tensor (index_copy_, copy_) instead")
     return program, writes
+
+
+def _unsupported_name(target, node: torch.fx.Node) -> str:
+    """The op's name; a functionalised custom op's (``auto_functionalized_v2``) with the op it wraps."""
+    wrapped = node.args[0] if node.args and isinstance(node.args[0], torch._ops.OpOverload) else None
+    return f"{op_name(target)}({op_name(wrapped)})" if wrapped is not None and "auto_functionalized" in \
+        op_name(target) else op_name(target)
 
 
 def _refuse_uncarried_constants(program: ExportedProgram, mutations: list[torch.fx.Node]) -> None:

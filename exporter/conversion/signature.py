@@ -34,24 +34,26 @@ class InputSlot:
     kind: str                      # an exported_program kind ("parameter", "state", "user_input", ...), RNG_SEED
     target: str | None
     tensor: TensorSpec | None      # None for a non-tensor input that export specialised
-    value: object = None           # that specialised value
+    value: object = None           # that specialised value; a scalar input's symbol (its range is in ``dims``)
     sharding: Spec | None = None   # per dim, the mesh axes it is split over (None: left to XLA's propagation)
     # a keyword input a call may leave out, then ones of the shape and dtype of the user input named here
     # (a generate program's attention_mask, as model.generate defaults it); None: required
     ones_like: str | None = None
+    scalar: str | None = None      # "int": a SymInt user input, a 0-d int64 in @main, given as a Python int
 
     def to_json(self) -> dict:
         return {"name": self.name, "kind": self.kind, "target": self.target, "value": self.value,
                 "tensor": self.tensor.to_json() if self.tensor else None,
                 "sharding": [list(axes) for axes in self.sharding] if self.sharding is not None else None,
-                **({"ones_like": self.ones_like} if self.ones_like is not None else {})}
+                "scalar": self.scalar, **({"ones_like": self.ones_like} if self.ones_like is not None else {})}
 
     @classmethod
     def from_json(cls, data: dict) -> "InputSlot":
         tensor = TensorSpec.from_json(data["tensor"]) if data["tensor"] else None
         sharding = data.get("sharding")
         return cls(data["name"], data["kind"], data["target"], tensor, data["value"],
-                   normalize_spec(sharding) if sharding is not None else None, data.get("ones_like"))
+                   normalize_spec(sharding) if sharding is not None else None, ones_like=data.get("ones_like"),
+                   scalar=data.get("scalar"))
 
 
 @dataclass(frozen=True)
@@ -189,8 +191,16 @@ class Signature:
     def check_dims(self, tensors: list) -> dict[str, int]:
         """Bind the symbolic dims from the tensor inputs (``@main`` order) and check each against its range and
         the other dims it must equal; raises DimensionError. Returns symbol -> size."""
-        specs = [s.tensor for s in self.user_inputs if s.tensor is not None]
-        sizes = symbolic_dims.check_dims(specs, tensors, self.dims) if self.is_dynamic else {}
+        slots = [s for s in self.user_inputs if s.tensor is not None]
+        sizes = symbolic_dims.check_dims([s.tensor for s in slots], tensors, self.dims) if self.is_dynamic else {}
+        for slot, value in zip(slots, tensors):
+            if slot.scalar:  # an int input: in its symbol's range, and equal to the dims that have that symbol
+                number = int(value.item())
+                symbolic_dims.check_range(slot.value, number, self.dims, f"input '{slot.name}' is {number}, outside "
+                                          f"the allowed range {{}} of its symbol {slot.value}")
+                if sizes.setdefault(slot.value, number) != number:
+                    raise DimensionError(f"input '{slot.name}' is {number}, but it must equal the size "
+                                         f"{slot.value} = {sizes[slot.value]} of a tensor input's dim")
         self._check_splits(tensors)
         return sizes
 
@@ -224,14 +234,18 @@ class Signature:
             raise InputError(f"keyword inputs: expected {expected_keys}"
                              + (f"; unexpected {unknown}" if unknown else "")
                              + (f"; missing {missing}" if missing else ""))
-        flat, spec = pytree.tree_flatten((tuple(args), {k: kwargs[k] for k in expected_keys}))
+        flat, spec = pytree.tree_flatten(_sizes_as_tuples((tuple(args), {k: kwargs[k] for k in expected_keys})))
         if spec != in_spec:
             raise InputError(f"inputs do not have the structure the model was exported with.\n"
                              f"  expected: {in_spec}\n  got:      {spec}")
         for slot, value in zip(self.user_inputs, flat):
             if slot.tensor is None and value != slot.value:
                 raise InputError(f"input '{slot.name}' was specialised to {slot.value!r} at export; got {value!r}")
-        return [value for slot, value in zip(self.user_inputs, flat) if slot.tensor is not None]
+            if slot.scalar and (isinstance(value, bool) or not isinstance(value, (int, torch.SymInt))):
+                raise InputError(f"input '{slot.name}': expected a Python int (its symbol {slot.value} in "
+                                 f"{self.dims.get(slot.value)}), got {type(value).__name__}")
+        return [torch.tensor(int(value)) if slot.scalar else value
+                for slot, value in zip(self.user_inputs, flat) if slot.tensor is not None]
 
     def _with_defaults(self, args: tuple, kwargs: dict, expected_keys: list) -> dict:
         """``kwargs`` with each left-out keyword input that has a default (``InputSlot.ones_like``) filled in: ones
@@ -265,6 +279,11 @@ class Signature:
             if value is not None and not slot.scalar:
                 value = uncarried(value, slot.tensor.torch_dtype)
                 for dim, size in enumerate(slot.tensor.shape):
+                    if size in sizes and not 0 <= sizes[size] <= value.shape[dim]:
+                        raise DimensionError(
+                            f"output '{slot.tensor.name}' has the data-dependent size {size} = {sizes[size]} along dim "
+                            f"{dim}, outside [0, {value.shape[dim]}], the bound it was exported with (torch._check): "
+                            "the inputs break a check the program makes")
                     if size in sizes:
                         value = value.narrow(dim, 0, sizes[size])
             values.append(value)
@@ -297,7 +316,8 @@ class Signature:
         if self.takes_platform_index:
             lines.append(f"platforms: {', '.join(self.platforms)} (@main takes the platform index first)")
         lines.append("inputs:")
-        lines += [f"  {s.tensor.name}: {s.tensor.dtype}{list(s.tensor.shape)}{_sharding_note(s)}"
+        lines += [f"  {s.tensor.name}: {s.scalar} {s.value}" if s.scalar else
+                  f"  {s.tensor.name}: {s.tensor.dtype}{list(s.tensor.shape)}{_sharding_note(s)}"
                   for s in self.user_inputs if s.tensor]
         lines += [f"  {name} in [{low}, {'inf' if high is None else high}]" for name, (low, high) in self.dims.items()]
         sharded = [s for s in self.weights if s.sharding is not None]
@@ -346,6 +366,7 @@ def signature_of(ep: torch.export.ExportedProgram) -> Signature:
     own: ``@main`` returns its value after the walk (``GraphLowering``)."""
     placeholders = {n.name: n for n in ep.graph.nodes if n.op == "placeholder"}
     call_signature = ep.module_call_graph[0].signature
+    names = symbolic_dims.user_dim_names(ep)  # torch's s77 -> the user's Dim name, where torch kept it
     inputs = []
     for spec, kind in zip(ep.graph_signature.input_specs, program_input_kinds(ep)):
         if kind is None:
@@ -353,6 +374,10 @@ def signature_of(ep: torch.export.ExportedProgram) -> Signature:
         meta = placeholders[spec.arg.name].meta.get("val")
         # user inputs are named by torch.export after forward's parameters ("input_ids", "x_0")
         name = spec.arg.name if kind == "user_input" else spec.target
+        if is_symbolic_int(meta):  # an int input export left symbolic: a 0-d int64 argument of @main
+            symbol = symbolic_dims.rename_dim(str(meta.node.expr), names)
+            inputs.append(InputSlot(name, kind, spec.target, TensorSpec(name, "int64", ()), symbol, scalar="int"))
+            continue
         tensor = TensorSpec.from_meta(name, meta) if isinstance(meta, torch.Tensor) else None
         value = None if tensor is not None else _plain(meta)
         inputs.append(InputSlot(name, kind, spec.target, tensor, value))
@@ -384,7 +409,6 @@ def signature_of(ep: torch.export.ExportedProgram) -> Signature:
     outputs += [OutputSlot(STATE_UPDATE, s.target, s.tensor) for s in inputs
                 if s.kind == STATE and s.target not in returned]
     in_spec, out_spec = call_signature.in_spec, call_signature.out_spec
-    names = symbolic_dims.user_dim_names(ep)  # torch's s77 -> the user's Dim name, where torch kept it
     if names:
         inputs = [dataclasses.replace(s, tensor=symbolic_dims.renamed_spec(s.tensor, names)) for s in inputs]
         outputs = [dataclasses.replace(s, tensor=symbolic_dims.renamed_spec(s.tensor, names)) for s in outputs]
@@ -395,6 +419,23 @@ def signature_of(ep: torch.export.ExportedProgram) -> Signature:
                           arg_names=list(call_signature.forward_arg_names or [])[:in_spec.child(0).num_children])
     signature._trees.update(in_spec=in_spec, out_spec=out_spec)  # in this process: the exact types
     return signature
+
+
+def _sizes_as_tuples(value):
+    """``value`` with each ``torch.Size`` in its lists, tuples and dicts a tuple, as torch.export flattens one."""
+    if isinstance(value, torch.Size):
+        return tuple(value)
+    if type(value) in (list, tuple):
+        return type(value)(_sizes_as_tuples(v) for v in value)
+    if type(value) is dict:
+        return {k: _sizes_as_tuples(v) for k, v in value.items()}
+    return value
+
+
+def is_symbolic_int(meta) -> bool:
+    """A placeholder's value that is an int export kept symbolic (a SymInt over one symbol, not pinned)."""
+    return isinstance(meta, torch.SymInt) and meta.node.maybe_as_int() is None \
+        and isinstance(meta.node.expr, sympy.Symbol)
 
 
 def output_names(out_spec: pytree.TreeSpec) -> list[str]:

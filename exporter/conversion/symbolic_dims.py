@@ -16,6 +16,7 @@ from typing import Sequence
 import sympy
 import torch
 
+from torch_stablehlo.exported_program import shape_env_of
 from torch_stablehlo.stablehlo_ir.specs import TensorSpec
 
 from ..errors import DimensionError
@@ -39,8 +40,7 @@ def user_dim_names(ep: torch.export.ExportedProgram) -> dict[str, str]:
     Dim name the user gave each of them. Symbols without a name (``Dim.AUTO``, ``Dim.DYNAMIC``, a program
     loaded from disk) keep torch's; so does any name that would clash with another symbol's.
     """
-    shape_env = next((size.node.shape_env for node in ep.graph.nodes if node.op == "placeholder"
-                      for size in getattr(node.meta.get("val"), "shape", ()) if isinstance(size, torch.SymInt)), None)
+    shape_env = shape_env_of(ep)
     if shape_env is None:
         return {}
     debug_names = getattr(shape_env, "source_name_to_debug_name", {})

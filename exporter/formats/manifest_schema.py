@@ -147,7 +147,8 @@ SHARDING = nullable(ListOf(ListOf(TEXT)))
 MESH = nullable(MapOf(Check("a positive axis size", lambda v: _count(v) and v > 0)))
 INPUT = Record({"name": TEXT, "kind": Check(f"one of {sorted(INPUT_SLOT_KINDS)}", lambda v: v in INPUT_SLOT_KINDS),
                 "target": nullable(TEXT), "value": SCALAR, "tensor": nullable(TENSOR), "sharding": SHARDING,
-                "ones_like": TEXT}, optional=frozenset({"sharding", "ones_like"}))
+                "ones_like": TEXT, "scalar": nullable(Check("int", lambda v: v == "int"))},
+                optional=frozenset({"sharding", "ones_like", "scalar"}))
 OUTPUT = Record({"kind": Check(f"one of {sorted(OUTPUT_SLOT_KINDS)}", lambda v: v in OUTPUT_SLOT_KINDS),
                  "target": nullable(TEXT), "tensor": nullable(TENSOR),
                  "scalar": nullable(Check(f"one of {sorted(SCALAR_NAMES)}", lambda v: v in SCALAR_NAMES)),

@@ -2,6 +2,9 @@
 import pytest
 import torch
 from torch import nn
+from torch._higher_order_ops.hints_wrap import hints_wrapper
+
+from torch_stablehlo.exporter import export_to_stablehlo
 
 from tests.support import assert_matches_eager
 
@@ -61,3 +64,17 @@ def test_autocast_region(enabled):
 def test_the_region_is_in_the_exported_graph(module, op):
     program = torch.export.export(module, (torch.randn(3, 4),))
     assert op in {node.target for node in program.graph.nodes if node.op == "call_function"}
+
+
+class Hinted(torch.nn.Module):
+    """``hints_wrapper`` bodies returning one tensor and a pair (torch's test_hints_wrapper)."""
+
+    def forward(self, x, y):
+        low, high = hints_wrapper(lambda a, b: (a - b, a + b), (x, y), {}, hints={"inner": 1})
+        return hints_wrapper(lambda a, b: a * b + 1, (x, y), {}, hints={"outer": True}) + low * high
+
+
+def test_hints_wrapper_bodies_inline():
+    x, y = torch.randn(3), torch.randn(3)
+    ep = torch.export.export(Hinted(), (x, y))
+    torch.testing.assert_close(export_to_stablehlo(ep)(x, y), ep.module()(x, y))

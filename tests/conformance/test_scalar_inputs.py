@@ -1,0 +1,78 @@
+"""int inputs that torch.export keeps symbolic (``Dim.DYNAMIC``) are 0-d int64 arguments of ``@main``, given as
+Python ints and checked against their symbol's range at call time, as ``ep.module()`` checks them. Converting
+such a program once specialised the symbol in the program's own ShapeEnv: the artifact then refused every value,
+the example included, and ``ep.module()`` stopped raising its guard error."""
+import pytest
+import torch
+from torch.export import Dim
+
+from torch_stablehlo.exporter import export_to_stablehlo
+from torch_stablehlo.exporter.errors import DimensionError, InputError, LoweringError
+from torch_stablehlo.exporter.conversion.read_only import untouched
+from torch_stablehlo.exported_program import shape_env_of
+
+from ..support import make
+
+
+class Scale(torch.nn.Module):
+    def forward(self, n, y):
+        return y * n + n
+
+
+class Sized(torch.nn.Module):
+    """The int input and a dim of the tensor input are one symbol."""
+
+    def forward(self, n, y):
+        torch._check(n == y.shape[0])
+        return y.sum() * n
+
+
+def _exported(model, args, dynamic_shapes):
+    return torch.export.export(model, args, dynamic_shapes=dynamic_shapes)
+
+
+def test_int_input_is_an_argument_checked_against_its_range():
+    ep = _exported(Scale(), (3, make(4)), {"n": Dim.DYNAMIC(min=0, max=10), "y": None})
+    artifact = export_to_stablehlo(ep)
+    assert [s.scalar for s in artifact.signature.user_inputs] == ["int", None]
+    for n in (3, 0, 7, 10):
+        torch.testing.assert_close(artifact(n, make(4, seed=n)), ep.module()(n, make(4, seed=n)))
+    with pytest.raises(DimensionError, match=r"input 'n' is 11, outside the allowed range \[0, 10\]"):
+        artifact(11, make(4))
+    with pytest.raises(InputError, match="expected a Python int"):
+        artifact(2.5, make(4))
+    with pytest.raises(Exception, match="Guard failed"):  # the program still checks its own guard
+        ep.module()(11, make(4))
+
+
+def test_int_input_sharing_a_dim_symbol():
+    ep = _exported(Sized(), (3, make(3)), {"n": Dim.DYNAMIC, "y": {0: Dim.DYNAMIC}})
+    artifact = export_to_stablehlo(ep)
+    for n in (2, 5):
+        torch.testing.assert_close(artifact(n, make(n)), ep.module()(n, make(n)))
+
+
+def test_a_specialisation_during_conversion_is_undone_and_named():
+    ep = _exported(Scale(), (3, make(4)), {"n": Dim.DYNAMIC(min=0, max=10), "y": None})
+    n = next(node for node in ep.graph.nodes if node.op == "placeholder").meta["val"]
+    with pytest.raises(LoweringError, match=r"specialised the symbolic size s\d+ to 3"):
+        with untouched(shape_env_of(ep)):
+            int(n)  # what float(SymInt) in a rule once did
+    with pytest.raises(Exception, match="Guard failed"):
+        ep.module()(11, make(4))
+    torch.testing.assert_close(export_to_stablehlo(ep)(5, make(4)), ep.module()(5, make(4)))
+
+
+class ViewTo(torch.nn.Module):
+    def forward(self, x, size):
+        return x.view(size)
+
+
+def test_torch_size_input():
+    """torch's test_size_input: a ``torch.Size`` is flattened as the tuple it is (it was refused as another
+    structure)."""
+    ep = torch.export.export(ViewTo(), (make(6), torch.Size([2, 3])))
+    artifact = export_to_stablehlo(ep)
+    torch.testing.assert_close(artifact(make(6), torch.Size([2, 3])), ep.module()(make(6), torch.Size([2, 3])))
+    with pytest.raises(InputError, match="specialised to 2 at export; got 3"):
+        artifact(make(6), torch.Size([3, 2]))

@@ -1,0 +1,41 @@
+"""Sizes read from tensor data (``.item()``) that torch knows a bound for (``torch._check``) are held padded to
+the bound with their true size beside them, as ``nonzero``'s are: constructors and views of such a size, returned
+at their true size. Without a bound the error names the symbol and says how to bound it."""
+import pytest
+import torch
+
+from torch_stablehlo.exporter import export_to_stablehlo
+from torch_stablehlo.exporter.errors import DimensionError, LoweringError
+
+
+class Bounded(torch.nn.Module):
+    """ExportDB's constrain_as_size_example, and an expand and a view of the size."""
+
+    def forward(self, x, y):
+        a = x.item()
+        torch._check(a >= 0)
+        torch._check(a <= 5)
+        return torch.zeros((a, 5)), torch.full((2, a), 3.0) + y.sum(), torch.ones(a).expand(3, a), torch.arange(a * 4).view(a, 4)
+
+
+class Unbounded(torch.nn.Module):
+    def forward(self, x):
+        a = x.item()
+        torch._check(a >= 0)
+        return torch.zeros(a)
+
+
+def test_bounded_item_sizes_are_padded_with_their_true_size():
+    ep = torch.export.export(Bounded(), (torch.tensor(4), torch.ones(2)))
+    artifact = export_to_stablehlo(ep)
+    for value in (4, 0, 5, 2):
+        inputs = (torch.tensor(value), torch.arange(2.0))
+        torch.testing.assert_close(artifact(*inputs), ep.module()(*inputs))
+    with pytest.raises(DimensionError, match=r"data-dependent size u\d+ = 7 along dim 0, outside \[0, 5\]"):
+        artifact(torch.tensor(7), torch.arange(2.0))  # eager's check fails too
+
+
+def test_unbounded_item_size_is_refused_naming_the_symbol():
+    ep = torch.export.export(Unbounded(), (torch.tensor(4),))
+    with pytest.raises(LoweringError, match=r"the size u\d+ is data-dependent .* has no upper bound.*torch._check"):
+        export_to_stablehlo(ep)
