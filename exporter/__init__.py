@@ -1,5 +1,7 @@
 """Public API: convert torch programs to StableHLO artifacts and load saved ones; ``scan_layers`` for deep stacks;
-``export_generate`` for a language model's whole generate loop; ``lowering`` for your own ops' JAX lowerings."""
+``export_generate`` for a language model's whole generate loop; ``export_engine`` for a continuous-batching
+serving engine; ``auto_shardings``/``fsdp_shardings`` for sharding plans; ``lowering`` for your own ops' JAX
+lowerings."""
 import importlib
 from typing import TYPE_CHECKING
 
@@ -19,13 +21,15 @@ from .plans import auto_shardings, fsdp_shardings
 from torch_stablehlo.runtime.spmd import MeshError
 
 if TYPE_CHECKING:  # what static tools see (at run time, __getattr__ below)
+    from .engine.api import export_engine
     from .generate import GenerateArtifact, export_generate
 
 __all__ = ["export_to_stablehlo", "load_artifact", "StableHLOArtifact", "find_divergence", "Divergence",
            "scan_layers", "iree_module", "compile_for_iree", "mark_sharding", "tensor_parallel_shardings",
            "auto_shardings", "fsdp_shardings", "ShardingPlan", "ExportError", "LoweringError",
            "UnsupportedOpsError", "InputError", "BundleError", "BundleVersionError", "WeightsError",
-           "ShardingError", "MeshError", "export_generate", "GenerateArtifact", "export_engine", "EngineArtifact", "lowering", "scoped_lowering", "composite"]
+           "ShardingError", "MeshError", "export_generate", "GenerateArtifact", "export_engine", "EngineArtifact",
+           "lowering", "scoped_lowering", "composite"]
 _NEEDS_TRANSFORMERS = {"export_generate": ".generate", "GenerateArtifact": ".generate", "export_engine": ".engine.api"}
 
 
