@@ -84,7 +84,8 @@ def bound_scalar(ctx, value: ir.Value, meta) -> ir.Value:
     if not (isinstance(meta, torch.SymInt) and free_unbacked_symbols(meta) and isinstance(meta.node.expr, sympy.Symbol)
             and isinstance(ctx.dims, PaddedDims)):
         return value
-    upper = meta.node.shape_env.bound_sympy(meta.node.expr).upper
+    bounds = meta.node.shape_env.bound_sympy(meta.node.expr)  # None where torch records no range for it
+    upper = bounds.upper if bounds is not None else None
     if isinstance(upper, sympy.Integer):
         ctx.dims.bind(meta.node.expr, ctx.size_value(int(upper)), value)
     return value
