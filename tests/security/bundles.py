@@ -29,26 +29,26 @@ def small_artifact():
     return model, artifact
 
 
-def read_manifest(path: Path) -> dict:
-    return json.loads((path / MANIFEST).read_text())
+def read_manifest(path: Path, manifest: str = MANIFEST) -> dict:
+    return json.loads((path / manifest).read_text())
 
 
-def write_manifest(path: Path, manifest: dict) -> None:
-    (path / MANIFEST).write_text(json.dumps(manifest))
+def write_manifest(path: Path, content: dict, manifest: str = MANIFEST) -> None:
+    (path / manifest).write_text(json.dumps(content))
 
 
-def edit_manifest(path: Path, change) -> None:
-    """Apply ``change(manifest)`` (it edits in place) and write the manifest back."""
-    manifest = read_manifest(path)
-    change(manifest)
-    write_manifest(path, manifest)
+def edit_manifest(path: Path, change, manifest: str = MANIFEST) -> None:
+    """Apply ``change(manifest)`` (it edits in place) and write the manifest (file ``manifest``) back."""
+    content = read_manifest(path, manifest)
+    change(content)
+    write_manifest(path, content, manifest)
 
 
-def rewrite_file(path: Path, name: str, data: bytes) -> None:
+def rewrite_file(path: Path, name: str, data: bytes, manifest: str = MANIFEST) -> None:
     """Replace the bundle file ``name`` with ``data``, its size and sha256 updated in the manifest."""
     (path / name).write_bytes(data)
     edit_manifest(path, lambda m: m["files"].__setitem__(
-        name, {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}))
+        name, {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}), manifest)
 
 
 def _read_varint(data: bytes, position: int) -> tuple[int, int]:
