@@ -31,7 +31,7 @@ import torch.utils._pytree as pytree
 
 from torch_stablehlo.runtime import pjrt
 from torch_stablehlo.stablehlo_ir.dtypes import to_numpy
-from torch_stablehlo.stablehlo_ir.specs import DTYPES_BY_NAME
+from torch_stablehlo.stablehlo_ir.specs import DTYPES_BY_NAME, dtype_name
 
 from ..conversion.signature import Signature
 from ..engine.state import Admission, DecodeState, Prefilled, Prompt, Sampling, empty_state
@@ -181,7 +181,36 @@ def _load_engine(folder: FolderSnapshot, platform: str, trusted: bool) -> Engine
     finally:
         for handle in handles.values():
             handle.close()
-    return EngineArtifact(entries, weights, EngineConfig.from_json(manifest["config"]))
+    config = EngineConfig.from_json(manifest["config"])
+    _check_config(where, config, entries)
+    return EngineArtifact(entries, weights, config)
+
+
+def _check_config(where: Path, config: EngineConfig, entries: dict[str, StableHLOArtifact]) -> None:
+    """Raise BundleError unless every bucket is a length prefill's symbolic dim takes, and the state the runner
+    builds from ``config`` (every slot free) is, leaf by leaf in shape and dtype, the state each entry point that
+    takes one takes (its first inputs)."""
+    for dim, (low, high) in entries[PREFILL].signature.dims.items():
+        outside = [b for b in config.buckets if b < (low or 0) or (high is not None and b > high)]
+        if outside:
+            raise BundleError(f"{where} is invalid: manifest field config.buckets: {outside} outside the range "
+                              f"[{low}, {high}] of prefill's dim {dim}")
+    try:
+        with torch.device("meta"):  # shapes and dtypes only: a config's sizes allocate nothing here
+            leaves = pytree.tree_leaves(config.empty_state())
+    except RuntimeError as error:
+        raise BundleError(f"{where} is invalid: manifest field config: no state can be built of it ({error})") \
+            from None
+    built = [f"{dtype_name(leaf.dtype)}{list(leaf.shape)}" for leaf in leaves]
+    for name in (INSERT, GENERATE, SHIFT):
+        slots = entries[name].signature.user_inputs[:len(leaves)]
+        taken = [f"{slot.tensor.dtype}{list(slot.tensor.shape)}" if slot.tensor else "no tensor" for slot in slots]
+        if taken != built:
+            index = next((i for i, (a, b) in enumerate(zip(built, taken)) if a != b), min(len(built), len(taken)))
+            raise BundleError(f"{where} is invalid: manifest field config: the state it makes has {len(built)} "
+                              f"leaves, leaf {index} {built[index] if index < len(built) else '(none)'}; entry "
+                              f"point {name!r} takes {len(taken)}, leaf {index} "
+                              f"{taken[index] if index < len(taken) else '(none)'}")
 
 
 class EngineRunner:

@@ -79,6 +79,19 @@ def test_a_malformed_field_is_a_bundle_error_naming_it(copy, keys, value, messag
         load_artifact(copy)
 
 
+@pytest.mark.parametrize("field, value, message", [
+    ("slots", 3, r"config: the state it makes has 14 leaves, leaf 0 int64\[3, 32\]; entry point 'insert' takes 14, "
+                 r"leaf 0 int64\[2, 32\]"),
+    ("cache_dtype", "bfloat16", r"config: .* leaf 10 bfloat16\[2, 2, 32, 16\]; .* leaf 10 float32\[2, 2, 32, 16\]"),
+    ("max_cache_len", 2 ** 62, r"config: no state can be built of it \(Storage size calculation overflowed"),
+    ("buckets", [4, 8, 9], r"config\.buckets: \[9\] outside the range \[2, 8\] of prefill's dim bucket"),
+])
+def test_a_config_that_does_not_fit_the_entry_points_is_named(copy, field, value, message):
+    _set(copy, value, "config", field)
+    with pytest.raises(BundleError, match=rf"engine\.json is invalid: manifest field {message}"):
+        load_artifact(copy)
+
+
 def test_a_missing_entry_point_and_another_format_version_are_named(copy):
     manifest = read_manifest(copy, ENGINE_MANIFEST)
     _set(copy, 1, "format_version")
