@@ -8,6 +8,7 @@ import hashlib
 import json
 import os
 import sys
+import threading
 from pathlib import Path
 
 import torch
@@ -27,6 +28,42 @@ def small_artifact():
     artifact = export_to_stablehlo(model, (torch.randn(4, 8),),
                                    dynamic_shapes=({0: Dim("batch", min=2, max=16)},))
     return model, artifact
+
+
+def loads_while_saving(versions: list, path: Path, outcome, loads: int, readers: int, pause: float) -> list[str]:
+    """Save ``versions`` (artifacts) in turn to ``path`` from one thread, ``pause`` seconds apart (readers run
+    between saves too: a save holds the interpreter most of its time), while ``readers`` threads take ``loads``
+    outcomes in all: ``outcome()`` (a load and what it computed, as a word), or the error it raised, as text."""
+    done, outcomes, lock = threading.Event(), [], threading.Lock()
+
+    def save():
+        turn = 0
+        while not done.is_set():
+            turn += 1
+            versions[turn % 2].save(path)
+            done.wait(pause)
+
+    def read():
+        while True:
+            with lock:
+                if len(outcomes) >= loads:
+                    return
+                outcomes.append(None)
+                index = len(outcomes) - 1
+            try:
+                outcomes[index] = outcome()
+            except Exception as error:  # noqa: BLE001  (every failure is a wrong outcome: the caller reports it)
+                outcomes[index] = f"{type(error).__name__}: {error}"
+
+    saver, reading = threading.Thread(target=save), [threading.Thread(target=read) for _ in range(readers)]
+    saver.start()
+    for reader in reading:
+        reader.start()
+    for reader in reading:
+        reader.join()
+    done.set()
+    saver.join()
+    return outcomes
 
 
 def read_manifest(path: Path, manifest: str = MANIFEST) -> dict:

@@ -3,7 +3,6 @@ BundleError naming it, raised before anything runs; a load while a save replaces
 whole; ``trusted`` skips the child-process check of the modules, as for a program bundle. One tiny Llama engine is
 exported once for the module (the round trip's tokens are checked in tests/serving/test_engine.py)."""
 import shutil
-import threading
 
 import numpy as np
 import pytest
@@ -18,7 +17,7 @@ from torch_stablehlo.exporter.formats.engine_artifact import ENGINE_MANIFEST, En
 from torch_stablehlo.runtime import settings
 
 from ..serving.engine_models import VOCAB, tiny
-from .bundles import edit_manifest, read_manifest, rewrite_file, with_string_count
+from .bundles import edit_manifest, loads_while_saving, read_manifest, rewrite_file, with_string_count
 
 PROMPT = [5, 17, 33, 2, 90]
 READERS, LOADS = 3, 6
@@ -189,39 +188,14 @@ def test_loads_while_a_save_replaces_the_engine_each_see_one_version(engine, tmp
     versions = [engine, second]
     path = engine.save(tmp_path / "bundle")
     expected = [_caches(version) for version in versions]
-    done, outcomes, lock = threading.Event(), [], threading.Lock()
 
-    def save():
-        turn = 0
-        while not done.is_set():
-            turn += 1
-            versions[turn % 2].save(path)
-            done.wait(0.05)
+    def outcome() -> str:
+        caches = _caches(load_artifact(path))
+        matches = [v for v, wanted in enumerate(expected)
+                   if all(np.allclose(c, w, **TOLERANCE) for c, w in zip(caches, wanted))]
+        return f"version {matches[0]}" if matches else "neither version"
 
-    def read():
-        while True:
-            with lock:
-                if len(outcomes) >= LOADS:
-                    return
-                outcomes.append(None)
-                index = len(outcomes) - 1
-            try:
-                caches = _caches(load_artifact(path))
-            except Exception as error:  # noqa: BLE001  (every failure is a wrong outcome, reported below)
-                outcomes[index] = f"{type(error).__name__}: {error}"
-                continue
-            matches = [v for v, wanted in enumerate(expected)
-                       if all(np.allclose(c, w, **TOLERANCE) for c, w in zip(caches, wanted))]
-            outcomes[index] = f"version {matches[0]}" if matches else "neither version"
-
-    saver, readers = threading.Thread(target=save), [threading.Thread(target=read) for _ in range(READERS)]
-    saver.start()
-    for reader in readers:
-        reader.start()
-    for reader in readers:
-        reader.join()
-    done.set()
-    saver.join()
-    assert all(o is not None and o.startswith("version") for o in outcomes), outcomes
+    outcomes = loads_while_saving(versions, path, outcome, LOADS, READERS, pause=0.05)
+    assert all(o.startswith("version") for o in outcomes), outcomes
     assert not np.allclose(expected[0][0], expected[1][0], **TOLERANCE), "the two versions compute different caches"
     assert {"version 0", "version 1"} <= set(outcomes), "the loads saw both versions (the saves did overlap them)"
