@@ -18,7 +18,7 @@ from pathlib import Path
 from transformers import AutoConfig, AutoModelForCausalLM
 
 from torch_stablehlo import exporter
-from torch_stablehlo.exporter.formats.bundle import MANIFEST
+from torch_stablehlo.exporter.formats.engine_artifact import ENGINE_FORMAT_VERSION, is_engine_bundle
 from torch_stablehlo.exporter.formats.versions import producer_versions
 from torch_stablehlo.runtime import settings
 
@@ -35,10 +35,6 @@ class EngineSettings:
     max_cache_len: int | None = None
 
 
-def is_bundle(path: Path) -> bool:
-    return (path / MANIFEST).is_file()
-
-
 def is_checkpoint(path: Path) -> bool:
     return (path / "config.json").is_file() and any(path.glob("*.safetensors"))
 
@@ -48,8 +44,10 @@ def cache_dir() -> Path:
 
 
 def cache_key(checkpoint: Path, settings: EngineSettings) -> str:
-    """A digest of the checkpoint's model files (names and bytes), the settings and the exporting versions."""
-    digest = hashlib.sha256(json.dumps({"settings": asdict(settings), **producer_versions()},
+    """A digest of the checkpoint's model files (names and bytes), the settings, the exporting versions and the
+    engine bundle's format version (a bundle cached in an older format is exported again, not refused)."""
+    digest = hashlib.sha256(json.dumps({"settings": asdict(settings), "engine_format": ENGINE_FORMAT_VERSION,
+                                        **producer_versions()},
                                        sort_keys=True).encode())
     for file in sorted({file for pattern in MODEL_FILES for file in checkpoint.glob(pattern)}):
         digest.update(f"\0{file.name}\0".encode())
@@ -70,7 +68,7 @@ def engine_bundle(checkpoint: Path, settings: EngineSettings, folder: Path | Non
     """The cached engine bundle of ``checkpoint`` under ``settings``, exported now if there is none."""
     settings = EngineSettings(settings.slots, cache_len(checkpoint, settings))
     target = (folder or cache_dir()) / f"{checkpoint.resolve().name}-{cache_key(checkpoint, settings)[:20]}"
-    if is_bundle(target):
+    if is_engine_bundle(target):
         print(f"engine bundle: {target} (cached)", file=sys.stderr, flush=True)
         return target
     print(f"exporting {checkpoint} into an engine bundle ({settings.slots} slots, cache of "

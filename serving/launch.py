@@ -15,8 +15,9 @@ from transformers import AutoTokenizer
 
 from torch_stablehlo import serving
 from torch_stablehlo.exporter import load_artifact
+from torch_stablehlo.exporter.formats.engine_artifact import is_engine_bundle
 
-from .checkpoint import EngineSettings, engine_bundle, is_bundle, is_checkpoint
+from .checkpoint import EngineSettings, engine_bundle, is_checkpoint
 from .openai_api import build_app
 
 
@@ -31,7 +32,7 @@ class Served:
 def prepare(path: Path, *, tokenizer: Path | None, model_name: str | None, slots: int | None,
             max_cache_len: int | None, cache_folder: Path | None) -> Served:
     """A bundle PATH is served as it is (``tokenizer`` required); a checkpoint PATH through its cached bundle."""
-    if is_bundle(path):
+    if is_engine_bundle(path):
         if tokenizer is None:
             raise ValueError(f"{path} is an engine bundle: name its tokenizer's folder with --tokenizer")
         if slots is not None or max_cache_len is not None:
@@ -39,7 +40,7 @@ def prepare(path: Path, *, tokenizer: Path | None, model_name: str | None, slots
                              "--slots and --max-cache-len apply to a checkpoint folder")
         return Served(path, tokenizer, model_name or path.resolve().name)
     if not is_checkpoint(path):
-        raise ValueError(f"{path} is neither an engine bundle (manifest.json) nor a transformers checkpoint "
+        raise ValueError(f"{path} is neither an engine bundle (engine.json) nor a transformers checkpoint "
                          "folder (config.json and *.safetensors)")
     bundle = engine_bundle(path, EngineSettings(slots or EngineSettings.slots, max_cache_len), cache_folder)
     return Served(bundle, tokenizer or path, model_name or path.resolve().name)

@@ -107,32 +107,46 @@ def save_bundle(path: str | os.PathLike, stablehlo_text: str, signature: Signatu
     version = resolve_target_version(target_version)
     if shard_bytes <= 0:
         raise ValueError(f"shard size must be positive, got {shard_bytes} bytes")
-    aliases = alias_map(weights)
-    unique = [name for name, target in aliases.items() if name == target]
-    stored = {name: weights[name].detach().contiguous() for name in unique if has_data(weights[name])}
-    absent = {name: weights[name] for name in unique if not has_data(weights[name])}
     with staged_folder(path, "an artifact folder", bundle_files) as staging:
-        portable = portable_artifact(stablehlo_text, version)
-        (staging / MODULE_PORTABLE).write_bytes(portable)
-        _READABLE.add(hashlib.sha256(portable).hexdigest())
+        write_module(staging / MODULE_PORTABLE, stablehlo_text, version)
         if include_text:
             (staging / MODULE_TEXT).write_text(stablehlo_text)
-        index = {name: _record(None, tensor) for name, tensor in absent.items()}
-        shards = _shards(stored, shard_bytes) if stored else {}
-        with progress(desc="saving weights", unit="B", unit_scale=True,
-                      total=sum(nbytes(t) for t in stored.values())) as bar:
-            for file_name, names in shards.items():
-                safetensors.torch.save_file({name: stored[name] for name in names}, str(staging / file_name))
-                index.update({name: _record(file_name, stored[name]) for name in names})
-                bar.update(sum(nbytes(stored[name]) for name in names))
+        index, aliases = write_weights(staging, weights, shard_bytes)
         manifest = {"format": FORMAT, "format_version": FORMAT_VERSION, "stablehlo_version": version,
                     "stablehlo_target": target_version, **producer_versions(),
                     "signature": signature.to_json(), "mesh": signature.mesh, "weights": index,
-                    "weight_aliases": {name: target for name, target in aliases.items() if name != target},
-                    "files": {file.name: {"bytes": file.stat().st_size, "sha256": _sha256(file)}
-                              for file in sorted(staging.iterdir())}}
+                    "weight_aliases": aliases, "files": file_records(staging)}
         (staging / MANIFEST).write_text(json.dumps(manifest, indent=1))
     return Path(path)
+
+
+def write_module(file: Path, stablehlo_text: str, version: str) -> None:
+    """The module as a portable artifact of StableHLO ``version`` at ``file`` (known readable by this process)."""
+    portable = portable_artifact(stablehlo_text, version)
+    file.write_bytes(portable)
+    _READABLE.add(hashlib.sha256(portable).hexdigest())
+
+
+def write_weights(staging: Path, weights: dict[str, torch.Tensor], shard_bytes: int) -> tuple[dict, dict]:
+    """The weights written into ``staging`` (each stored once, in shards of at most ``shard_bytes``; one without
+    data listed only), and the manifest's ``weights`` index and ``weight_aliases`` of them."""
+    aliases = alias_map(weights)
+    unique = [name for name, target in aliases.items() if name == target]
+    stored = {name: weights[name].detach().contiguous() for name in unique if has_data(weights[name])}
+    index = {name: _record(None, weights[name]) for name in unique if not has_data(weights[name])}
+    shards = _shards(stored, shard_bytes) if stored else {}
+    with progress(desc="saving weights", unit="B", unit_scale=True,
+                  total=sum(nbytes(t) for t in stored.values())) as bar:
+        for file_name, names in shards.items():
+            safetensors.torch.save_file({name: stored[name] for name in names}, str(staging / file_name))
+            index.update({name: _record(file_name, stored[name]) for name in names})
+            bar.update(sum(nbytes(stored[name]) for name in names))
+    return index, {name: target for name, target in aliases.items() if name != target}
+
+
+def file_records(staging: Path) -> dict:
+    """The manifest's ``files``: size and sha256 of each file in ``staging``."""
+    return {file.name: {"bytes": file.stat().st_size, "sha256": _sha256(file)} for file in sorted(staging.iterdir())}
 
 
 def bundle_files(folder: Path) -> set[str] | None:
@@ -171,17 +185,17 @@ def load_bundle(path: str | os.PathLike, *, local_shards: bool = False, trusted:
     the folder, no link), size and checksum. ``local_shards``: the weights stay in their files (placeholders of
     their shape and dtype, checked against the files), each with a ``SliceReader``. ``trusted``: the caller vouches
     for the module's bytes, which are then read in-process without a check in a child process first (see
-    ``_read_module``). Every file comes from one snapshot of the folder (see ``_one_snapshot``)."""
-    return _one_snapshot(Path(path), lambda folder: _load_bundle(folder, local_shards, trusted))
+    ``read_module``). Every file comes from one snapshot of the folder (see ``one_snapshot``)."""
+    return one_snapshot(Path(path), lambda folder: _load_bundle(folder, local_shards, trusted))
 
 
 def inspect_bundle(path: str | os.PathLike) -> tuple[dict, str, Signature]:
     """The manifest, module text and signature of a bundle, checked as ``load_bundle`` checks them (its weights
     are not read)."""
-    return _one_snapshot(Path(path), _inspect)
+    return one_snapshot(Path(path), _inspect)
 
 
-def _one_snapshot(path: Path, read: Callable[[FolderSnapshot], T]) -> T:
+def one_snapshot(path: Path, read: Callable[[FolderSnapshot], T]) -> T:
     """``read(folder)`` of the folder at ``path`` opened once (``snapshot``): every file it reads is of one version.
     Where it fails and a save swapped another folder in meanwhile, it starts over on that one (at most
     ``SNAPSHOT_TRIES`` times): a concurrent save neither makes a healthy bundle look corrupt nor mixes versions."""
@@ -203,19 +217,19 @@ def open_folder(path: Path) -> FolderSnapshot:
 
 
 def _inspect(folder: FolderSnapshot) -> tuple[dict, str, Signature]:
-    path, manifest = folder.path, _read_manifest(folder)
-    record = _file_record(path, manifest, MODULE_PORTABLE)
+    path, manifest = folder.path, read_manifest(folder)
+    record = file_record(path, manifest, MODULE_PORTABLE)
     with folder.open(MODULE_PORTABLE) as handle:
-        text, main_types = _read_module(checked_bytes(handle, path / MODULE_PORTABLE, record), path / MODULE_PORTABLE)
-    signature = _signature(path, manifest)
-    _check_main(path, signature, main_types)
+        text, main_types = read_module(checked_bytes(handle, path / MODULE_PORTABLE, record), path / MODULE_PORTABLE)
+    signature = read_signature(str(path / MANIFEST), manifest)
+    check_main(str(path / MANIFEST), signature, main_types)
     return manifest, text, signature
 
 
 def _load_bundle(folder: FolderSnapshot, local_shards: bool, trusted: bool) -> Bundle:
-    path, manifest = folder.path, _read_manifest(folder)
+    path, manifest = folder.path, read_manifest(folder)
     weight_files = _weight_files(manifest)
-    record = _file_record(path, manifest, MODULE_PORTABLE)
+    record = file_record(path, manifest, MODULE_PORTABLE)
     handles = {}
     try:
         for name in sorted(set(manifest["files"]) | weight_files):  # all opened before any is read: this version
@@ -223,11 +237,12 @@ def _load_bundle(folder: FolderSnapshot, local_shards: bool, trusted: bool) -> B
         for name in sorted(set(handles) - weight_files - {MODULE_PORTABLE}):
             check_stream(handles[name], path / name, manifest["files"][name])
         data = checked_bytes(handles[MODULE_PORTABLE], path / MODULE_PORTABLE, record)
-        (module, main_types), signature = _read_module(data, path / MODULE_PORTABLE, trusted), _signature(path, manifest)
-        _check_main(path, signature, main_types)
+        (module, main_types) = read_module(data, path / MODULE_PORTABLE, trusted)
+        signature = read_signature(str(path / MANIFEST), manifest)
+        check_main(str(path / MANIFEST), signature, main_types)
         if local_shards:
             return _local_shards(path, manifest, module, signature, {name: handles.pop(name) for name in weight_files})
-        return Bundle(module, signature, _read_weights(path, manifest, handles), manifest)
+        return Bundle(module, signature, read_weights(path, manifest, handles), manifest)
     finally:
         for handle in handles.values():
             handle.close()
@@ -252,22 +267,22 @@ def _local_shards(path: Path, manifest: dict, module: str, signature: Signature,
     return Bundle(module, signature, weights, manifest, readers)
 
 
-def _signature(path: Path, manifest: dict) -> Signature:
-    """The manifest's signature, its pytree specs read (see ``conversion.trees``) and matching its slots."""
+def read_signature(where: str, manifest: dict) -> Signature:
+    """The manifest's signature (``where``: the manifest file, as errors name it), its pytree specs read (see ``conversion.trees``) and matching its slots."""
     signature = Signature.from_json(manifest["signature"])
-    check_slots(manifest, signature, str(path / MANIFEST))
+    check_slots(manifest, signature, where)
     for which in ("in_spec", "out_spec"):
         try:
             signature.tree(which)
         except TreeSpecError as error:
-            raise BundleError(f"{path / MANIFEST} is invalid: manifest field signature.{which}: {error}") from None
+            raise BundleError(f"{where} is invalid: manifest field signature.{which}: {error}") from None
     in_spec, out_spec = signature.tree("in_spec"), signature.tree("out_spec")
     inputs, outputs = len(signature.user_inputs), len(signature.user_outputs)
     if in_spec.type is not tuple or in_spec.num_children != 2 or in_spec.num_leaves != inputs:
-        raise BundleError(f"{path / MANIFEST} is invalid: signature.in_spec: expected (args, kwargs) with {inputs} "
+        raise BundleError(f"{where} is invalid: signature.in_spec: expected (args, kwargs) with {inputs} "
                           f"leaves, got {in_spec.num_leaves} leaves under {in_spec.type}")
     if out_spec.num_leaves != outputs:
-        raise BundleError(f"{path / MANIFEST} is invalid: signature.out_spec: expected {outputs} leaves (the user "
+        raise BundleError(f"{where} is invalid: signature.out_spec: expected {outputs} leaves (the user "
                           f"outputs), got {out_spec.num_leaves}")
     return signature
 
@@ -275,14 +290,30 @@ def _signature(path: Path, manifest: dict) -> Signature:
 def load_manifest(path: str | os.PathLike) -> dict:
     """The bundle's manifest, once its format and StableHLO version are known to be readable here."""
     with open_folder(Path(path)) as folder:
-        return _read_manifest(folder)
+        return read_manifest(folder)
 
 
-def _read_manifest(folder: FolderSnapshot) -> dict:
-    file = folder.path / MANIFEST
+@dataclass(frozen=True)
+class ManifestKind:
+    """What a folder's manifest is: its file name, its ``format`` and ``format_version``, the fields needed before
+    its schema is checked, and the check of its schema (``check(manifest, file)``: BundleError naming the field)."""
+    file: str
+    format: str
+    version: int
+    required: tuple[str, ...]
+    check: Callable[[dict, str], None]
+
+
+PROGRAM_MANIFEST = ManifestKind(MANIFEST, FORMAT, FORMAT_VERSION, _REQUIRED, check_manifest)
+
+
+def read_manifest(folder: FolderSnapshot, kind: ManifestKind = PROGRAM_MANIFEST) -> dict:
+    """The folder's manifest of ``kind``, read whole under ``MAX_MANIFEST_BYTES``, once its format, format version,
+    StableHLO version and schema are known to be readable here."""
+    file = folder.path / kind.file
     bound = settings.MAX_MANIFEST_BYTES
     try:
-        data = folder.read(MANIFEST, bound.value(), bound.variable)
+        data = folder.read(kind.file, bound.value(), bound.variable)
         manifest = json.loads(data, parse_int=bounded_int)
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
         raise BundleError(f"{file} is corrupt: not valid JSON ({error})") from None
@@ -290,27 +321,27 @@ def _read_manifest(folder: FolderSnapshot) -> dict:
         raise BundleError(f"{file} is corrupt: nested too deeply") from None
     if not isinstance(manifest, dict) or "format_version" not in manifest:
         raise BundleError(f"{file} is not a bundle manifest (no format_version)")
-    if manifest.get("format") != FORMAT:
+    if manifest.get("format") != kind.format:
         raise BundleError(f"{file} is not a bundle manifest: its format is {described(manifest.get('format'))}, "
-                          f"expected {FORMAT!r}")
+                          f"expected {kind.format!r}")
     version = manifest["format_version"]
     if not isinstance(version, int) or isinstance(version, bool):
         raise BundleError(f"{file} is invalid: manifest field format_version: expected an integer (this exporter "
-                          f"reads {FORMAT_VERSION}), got {described(version)}")
-    if version != FORMAT_VERSION:
+                          f"reads {kind.version}), got {described(version)}")
+    if version != kind.version:
         raise BundleVersionError(
             f"{folder.path}: bundle format {version} is not readable by this exporter (it reads format "
-            f"{FORMAT_VERSION}); " + ("upgrade torch-stablehlo-exporter" if version > FORMAT_VERSION
-                                       else "re-export the model"))
-    missing = [key for key in _REQUIRED if key not in manifest]
+            f"{kind.version}); " + ("upgrade torch-stablehlo-exporter" if version > kind.version
+                                    else "re-export the model"))
+    missing = [key for key in kind.required if key not in manifest]
     if missing:
         raise BundleError(f"{file} is corrupt: it lacks {', '.join(missing)}")
     check_readable(manifest["stablehlo_version"], f"bundle {folder.path}")
-    check_manifest(manifest, str(file))
+    kind.check(manifest, str(file))
     return manifest
 
 
-def _file_record(path: Path, manifest: dict, name: str) -> dict:
+def file_record(path: Path, manifest: dict, name: str) -> dict:
     record = manifest["files"].get(name)
     if record is None:
         raise BundleError(f"{path}: the manifest lists no file {name}")
@@ -320,11 +351,11 @@ def _file_record(path: Path, manifest: dict, name: str) -> dict:
 def checked_file(path: Path, manifest: dict, name: str) -> Path:
     """``path / name`` once its size and sha256 match the manifest (for a tool that reads it by its path)."""
     with open_folder(path) as folder, folder.open(name) as handle:
-        check_stream(handle, path / name, _file_record(path, manifest, name))
+        check_stream(handle, path / name, file_record(path, manifest, name))
     return path / name
 
 
-def _read_module(data: bytearray, file: Path, trusted: bool = False) -> tuple[str, tuple[list, list]]:
+def read_module(data: bytearray, file: Path, trusted: bool = False) -> tuple[str, tuple[list, list]]:
     """The module's text, and the type (``_TensorType``) of each of ``@main``'s arguments and results. Unless
     ``trusted`` or this process wrote or checked the same bytes before, they are first read in a child process
     (``stablehlo_ir.bytecode_check``), so that crafted bytes cannot crash this one; the bytes parsed here are
@@ -366,7 +397,7 @@ def _tensor_type(mlir_type) -> _MainType:
                      f"{stored[1] and 'u'}{stored[2]}" if stored else element)
 
 
-def _check_main(path: Path, signature: Signature, main_types: tuple[list, list]) -> None:
+def check_main(where: str, signature: Signature, main_types: tuple[list, list]) -> None:
     """Raise BundleError unless the signature's ``@main`` arguments and results are the module's: count, rank,
     static dims (a symbolic dim where the module's is dynamic, a data-dependent one of any size) and element type
     (PJRT takes any buffer of the right size: a state of another dtype would be read as the module's)."""
@@ -374,7 +405,7 @@ def _check_main(path: Path, signature: Signature, main_types: tuple[list, list])
     results = [s.tensor for s in signature.main_outputs] + [None] * len(signature.sizes)
     for what, specs, types in (("arguments", arguments, main_types[0]), ("results", results, main_types[1])):
         if len(specs) != len(types):
-            raise BundleError(f"{path / MANIFEST} does not fit its module: the signature lists {len(specs)} @main "
+            raise BundleError(f"{where} does not fit its module: the signature lists {len(specs)} @main "
                               f"{what}, the module has {len(types)}")
         for index, (spec, declared) in enumerate(zip(specs, types)):
             shape = declared.shape
@@ -383,11 +414,11 @@ def _check_main(path: Path, signature: Signature, main_types: tuple[list, list])
                 # a data-dependent dim is held padded: static in the module, any size
                 shape = [None if d in signature.sizes else s for d, s in zip(spec.shape, shape)]
             if shape is None or (spec is not None and expected != shape) or (spec is None and shape != []):
-                raise BundleError(f"{path / MANIFEST} does not fit its module: @main's {what[:-1]} {index} is "
+                raise BundleError(f"{where} does not fit its module: @main's {what[:-1]} {index} is "
                                   f"{shape} in the module, {expected if spec else 'a 0-d size'} in the signature")
             dtype = spec.dtype if spec else SIZE_DTYPE
             if declared.element != ELEMENT_TYPES[DTYPES_BY_NAME[dtype]]:
-                raise BundleError(f"{path / MANIFEST} does not fit its module: @main's {what[:-1]} {index}"
+                raise BundleError(f"{where} does not fit its module: @main's {what[:-1]} {index}"
                                   f"{f' ({spec.name})' if spec else ''} holds {declared.element} in the module, "
                                   f"{dtype} ({ELEMENT_TYPES[DTYPES_BY_NAME[dtype]]}) in the signature")
 
@@ -396,7 +427,7 @@ def _weight_files(manifest: dict) -> set[str]:
     return {record["file"] for record in manifest["weights"].values() if record["file"] is not None}
 
 
-def _read_weights(path: Path, manifest: dict, handles: dict) -> dict[str, torch.Tensor]:
+def read_weights(path: Path, manifest: dict, handles: dict) -> dict[str, torch.Tensor]:
     """Every weight, read from its shard (``handles``: the open files; each read once, its checksum checked on the
     mapping the weights are views of); a weight stored nowhere (a weightless bundle) is a meta tensor of its shape and dtype, to be
     attached."""

@@ -10,40 +10,49 @@ the typed structures of ``exporter.engine.state``):
 - ``shift(DecodeState, by) -> DecodeState``: every row moved ``by`` columns left.
 ``@main`` donates the state's leaves (``tf.aliasing_output``): each call updates the state in place.
 
-A bundle of it is a folder: ``engine.json`` (the engine's settings, each entry point's signature and module file,
-the weights' index and the files' digests), one ``<entry>.mlir`` per entry point, and ``weights.safetensors``,
-holding each weight once (tied weights once too).
+A bundle of it is a program bundle (``bundle``) with one module per entry point: ``engine.json`` (the engine's
+settings, each entry point's signature and module file, the weights' index, each file's size and sha256), one
+portable artifact ``<entry>.mlirbc`` per entry point, and ``weights.safetensors``, holding each weight once (tied
+weights once too). ``load_engine`` reads it through the program bundle's checks: one snapshot of the folder, the
+manifest under its size bound and checked against ``manifest_schema.ENGINE_MANIFEST``, each module read in a child
+process first and its ``@main`` checked against its signature, the weights checked against the index and the
+signatures' weight slots.
 """
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import os
 from pathlib import Path
 
 import numpy as np
-import safetensors.torch
 import torch
 import torch.utils._pytree as pytree
 
 from torch_stablehlo.runtime import pjrt
 from torch_stablehlo.stablehlo_ir.dtypes import to_numpy
-from torch_stablehlo.stablehlo_ir.specs import DTYPES_BY_NAME
+from torch_stablehlo.stablehlo_ir.specs import DTYPES_BY_NAME, dtype_name
 
 from ..conversion.signature import Signature
 from ..engine.state import Admission, DecodeState, Prefilled, Prompt, Sampling, empty_state
 from ..errors import BundleError
 from .artifact import StableHLOArtifact
+from .bundle import (DEFAULT_SHARD_BYTES, ManifestKind, check_main, file_record, file_records, one_snapshot,
+                     read_manifest, read_module, read_signature, read_weights, write_module, write_weights)
 from .folders import staged_folder
+from .manifest_schema import check_engine_manifest
+from .snapshot import FolderSnapshot, check_stream, checked_bytes
+from .versions import DEFAULT_TARGET, producer_versions, resolve_target_version
 from .weights import alias_map
 
 ENGINE_FORMAT = "torch-stablehlo-engine"
-ENGINE_FORMAT_VERSION = 1
+ENGINE_FORMAT_VERSION = 2  # 2: modules as portable artifacts, the weights indexed as a program bundle's
 ENGINE_MANIFEST = "engine.json"
-WEIGHTS_FILE = "weights.safetensors"
 PREFILL, INSERT, GENERATE, SHIFT = "prefill", "insert", "generate", "shift"
 ENTRY_POINTS = (PREFILL, INSERT, GENERATE, SHIFT)
+ENGINE_MANIFEST_KIND = ManifestKind(ENGINE_MANIFEST, ENGINE_FORMAT, ENGINE_FORMAT_VERSION,
+                                    ("stablehlo_version", "config", "entry_points", "weights", "weight_aliases",
+                                     "files"), check_engine_manifest)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,11 +92,14 @@ class EngineConfig:
 
     @classmethod
     def from_json(cls, data: dict) -> "EngineConfig":
+        """The config of a manifest's ``config`` (checked against ``manifest_schema.ENGINE_CONFIG``)."""
         tuples = {"buckets", "eos_token_ids"}
         shapes = {"layer_shapes", "carried_shapes"}
+        fields = {f.name: data[f.name] for f in dataclasses.fields(cls) if f.name != "defaults"}
         fields = {k: tuple(v) if k in tuples else tuple(tuple(s) for s in v) if k in shapes else v
-                  for k, v in data.items() if k != "defaults"}
-        return cls(**fields, defaults=SamplingDefaults(**data["defaults"]))
+                  for k, v in fields.items()}
+        defaults = {f.name: data["defaults"][f.name] for f in dataclasses.fields(SamplingDefaults)}
+        return cls(**fields, defaults=SamplingDefaults(**defaults))
 
     def empty_state(self) -> DecodeState:
         """Every slot free, the cursor at the longest bucket (so any prompt can be inserted before it)."""
@@ -114,57 +126,91 @@ class EngineArtifact:
         nested tuples in field order (``DecodeState(*result)`` names them again)."""
         return {name: entry.to_jax() for name, entry in self.entry_points.items()}
 
-    def save(self, path: str | os.PathLike) -> Path:
+    def save(self, path: str | os.PathLike, *, target_version: str = DEFAULT_TARGET) -> Path:
         """Write the bundle folder at ``path`` (see the module's docstring); a failure leaves nothing there."""
-        aliases = alias_map(self.weights)
-        stored = {name: t.detach().contiguous() for name, t in self.weights.items() if aliases[name] == name}
+        version = resolve_target_version(target_version)
         with staged_folder(path, "an engine folder") as staging:
-            safetensors.torch.save_file(stored, str(staging / WEIGHTS_FILE))
+            index, aliases = write_weights(staging, self.weights, DEFAULT_SHARD_BYTES)
             entries = {}
             for name, entry in self.entry_points.items():
-                (staging / f"{name}.mlir").write_text(entry.stablehlo_text)
-                entries[name] = {"module": f"{name}.mlir", "signature": entry.signature.to_json()}
-            files = {f.name: _sha256(f) for f in sorted(staging.iterdir())}
+                write_module(staging / f"{name}.mlirbc", entry.stablehlo_text, version)
+                entries[name] = {"module": f"{name}.mlirbc", "signature": entry.signature.to_json()}
             manifest = {"format": ENGINE_FORMAT, "format_version": ENGINE_FORMAT_VERSION,
-                        "config": self.config.to_json(), "entry_points": entries,
-                        "weight_aliases": {n: t for n, t in aliases.items() if n != t}, "files": files}
+                        "stablehlo_version": version, "stablehlo_target": target_version, **producer_versions(),
+                        "config": self.config.to_json(), "entry_points": entries, "weights": index,
+                        "weight_aliases": aliases, "files": file_records(staging)}
             (staging / ENGINE_MANIFEST).write_text(json.dumps(manifest, indent=1))
         return Path(path)
 
 
 def is_engine_bundle(path: str | os.PathLike) -> bool:
-    return (Path(path) / ENGINE_MANIFEST).is_file()
+    return os.path.lexists(Path(path) / ENGINE_MANIFEST)
 
 
-def load_engine(path: str | os.PathLike, platform: str = "cpu") -> EngineArtifact:
-    """Read an engine bundle (``EngineArtifact.save``); BundleError if a file is missing, altered or of another
-    format version."""
-    path = Path(path)
+def load_engine(path: str | os.PathLike, platform: str = "cpu", *, trusted: bool = False) -> EngineArtifact:
+    """Read an engine bundle (``EngineArtifact.save``) from one snapshot of its folder, checked as ``load_bundle``
+    checks a program bundle (``trusted`` as it takes it); BundleError naming what is missing, altered or malformed,
+    BundleVersionError for another format version."""
+    return one_snapshot(Path(path), lambda folder: _load_engine(folder, platform, trusted))
+
+
+def _load_engine(folder: FolderSnapshot, platform: str, trusted: bool) -> EngineArtifact:
+    path, manifest = folder.path, read_manifest(folder, ENGINE_MANIFEST_KIND)
+    where = path / ENGINE_MANIFEST
+    if sorted(manifest["entry_points"]) != sorted(ENTRY_POINTS):
+        raise BundleError(f"{where} is invalid: manifest field entry_points: expected {list(ENTRY_POINTS)}, got "
+                          f"{sorted(manifest['entry_points'])}")
+    modules = {entry["module"] for entry in manifest["entry_points"].values()}
+    handles = {}
     try:
-        manifest = json.loads((path / ENGINE_MANIFEST).read_text())
-    except (OSError, ValueError) as error:
-        raise BundleError(f"{path}: cannot read {ENGINE_MANIFEST} ({error})") from error
-    if manifest.get("format") != ENGINE_FORMAT or manifest.get("format_version") != ENGINE_FORMAT_VERSION:
-        raise BundleError(f"{path}: not an engine bundle of format version {ENGINE_FORMAT_VERSION} (format "
-                          f"{manifest.get('format')!r}, version {manifest.get('format_version')!r})")
-    for name, digest in manifest["files"].items():
-        file = path / Path(name).name
-        if not file.is_file() or _sha256(file) != digest:
-            raise BundleError(f"{path}: {name} is missing or does not match its digest in {ENGINE_MANIFEST}")
-    weights = safetensors.torch.load_file(str(path / WEIGHTS_FILE))
-    weights.update({name: weights[target] for name, target in manifest["weight_aliases"].items()})
-    entries = {}
-    for name, entry in manifest["entry_points"].items():
-        signature = Signature.from_json(entry["signature"])
-        text = (path / Path(entry["module"]).name).read_text()
-        entries[name] = StableHLOArtifact(text, signature, {s.target: weights[s.target] for s in signature.weights},
-                                          platform=platform)
-    return EngineArtifact(entries, weights, EngineConfig.from_json(manifest["config"]))
+        for name in sorted(manifest["files"]):  # all opened before any is read: this version
+            handles[name] = folder.open(name)
+        weights = read_weights(path, manifest, handles)
+        for name in sorted(set(handles) - modules - {r["file"] for r in manifest["weights"].values()}):
+            check_stream(handles[name], path / name, manifest["files"][name])
+        entries = {}
+        for name, entry in manifest["entry_points"].items():
+            file = path / entry["module"]
+            text, main_types = read_module(checked_bytes(handles[entry["module"]], file,
+                                                         file_record(path, manifest, entry["module"])), file, trusted)
+            entry_where = f"{where} (entry point {name!r})"
+            signature = read_signature(entry_where, {**manifest, "signature": entry["signature"]})
+            check_main(entry_where, signature, main_types)
+            entries[name] = StableHLOArtifact(text, signature, {s.target: weights[s.target] for s in signature.weights},
+                                              platform=platform)
+    finally:
+        for handle in handles.values():
+            handle.close()
+    config = EngineConfig.from_json(manifest["config"])
+    _check_config(where, config, entries)
+    return EngineArtifact(entries, weights, config)
 
 
-def _sha256(file: Path) -> str:
-    with open(file, "rb") as stream:
-        return hashlib.file_digest(stream, "sha256").hexdigest()
+def _check_config(where: Path, config: EngineConfig, entries: dict[str, StableHLOArtifact]) -> None:
+    """Raise BundleError unless every bucket is a length prefill's symbolic dim takes, and the state the runner
+    builds from ``config`` (every slot free) is, leaf by leaf in shape and dtype, the state each entry point that
+    takes one takes (its first inputs)."""
+    for dim, (low, high) in entries[PREFILL].signature.dims.items():
+        outside = [b for b in config.buckets if b < (low or 0) or (high is not None and b > high)]
+        if outside:
+            raise BundleError(f"{where} is invalid: manifest field config.buckets: {outside} outside the range "
+                              f"[{low}, {high}] of prefill's dim {dim}")
+    try:
+        with torch.device("meta"):  # shapes and dtypes only: a config's sizes allocate nothing here
+            leaves = pytree.tree_leaves(config.empty_state())
+    except RuntimeError as error:
+        raise BundleError(f"{where} is invalid: manifest field config: no state can be built of it ({error})") \
+            from None
+    built = [f"{dtype_name(leaf.dtype)}{list(leaf.shape)}" for leaf in leaves]
+    for name in (INSERT, GENERATE, SHIFT):
+        slots = entries[name].signature.user_inputs[:len(leaves)]
+        taken = [f"{slot.tensor.dtype}{list(slot.tensor.shape)}" if slot.tensor else "no tensor" for slot in slots]
+        if taken != built:
+            index = next((i for i, (a, b) in enumerate(zip(built, taken)) if a != b), min(len(built), len(taken)))
+            raise BundleError(f"{where} is invalid: manifest field config: the state it makes has {len(built)} "
+                              f"leaves, leaf {index} {built[index] if index < len(built) else '(none)'}; entry "
+                              f"point {name!r} takes {len(taken)}, leaf {index} "
+                              f"{taken[index] if index < len(taken) else '(none)'}")
 
 
 class EngineRunner:

@@ -11,11 +11,11 @@ def load_artifact(path: str | os.PathLike, *, platform: str = "cpu", weights=Non
                   trusted: bool = False) -> artifact.StableHLOArtifact | EngineArtifact:
     """An engine bundle (``export_engine(...).save``) as an ``EngineArtifact``; any other bundle as
     ``formats.artifact.load_artifact`` reads it, with ``weights``, ``local_shards`` and ``trusted`` as it takes
-    them (an engine bundle holds its weights and runs on one device: it takes none of them)."""
+    them (an engine bundle holds its weights and runs on one device: it takes ``trusted`` alone)."""
     if is_engine_bundle(path):
         if weights is not None or local_shards:
             raise ValueError(f"{path} is an engine bundle: it holds its weights and runs on one device (load it "
                              "without weights= and local_shards=)")
-        return load_engine(path, platform)
+        return load_engine(path, platform, trusted=trusted)
     return artifact.load_artifact(path, platform=platform, weights=weights, local_shards=local_shards,
                                   trusted=trusted)

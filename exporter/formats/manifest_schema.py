@@ -164,6 +164,20 @@ FILE = Record({"bytes": COUNT, "sha256": Check("64 hex digits", lambda v: bool(r
 MANIFEST = Record({"format": TEXT, "format_version": COUNT, "stablehlo_version": TEXT, "signature": SIGNATURE,
                    "mesh": MESH, "weights": MapOf(WEIGHT), "weight_aliases": MapOf(TEXT),
                    "files": MapOf(FILE, key=FILE_NAME)}, optional=frozenset({"mesh"}))
+NUMBER = Check("a number", lambda v: isinstance(v, (int, float)) and not isinstance(v, bool))
+SHAPES = ListOf(ListOf(COUNT))
+ENGINE_CONFIG = Record({
+    "slots": COUNT, "max_cache_len": COUNT, "vocab_size": COUNT, "pad_token_id": COUNT, "eos_token_ids": ListOf(COUNT),
+    "buckets": Check("a non-empty ascending list of positive integers",
+                     lambda v: isinstance(v, list) and v and all(_count(b) and b > 0 for b in v) and v == sorted(set(v))),
+    "cache_dtype": DTYPE, "layer_shapes": SHAPES, "carried_shapes": SHAPES,
+    "defaults": Record({"do_sample": nullable(Check("a boolean", lambda v: isinstance(v, bool))),
+                        "temperature": nullable(NUMBER), "top_k": nullable(COUNT), "top_p": nullable(NUMBER)})})
+ENGINE_MANIFEST = Record({"format": TEXT, "format_version": COUNT, "stablehlo_version": TEXT, "config": ENGINE_CONFIG,
+                          "entry_points": MapOf(Record({"module": FILE_NAME, "signature": SIGNATURE})),
+                          "weights": MapOf(WEIGHT), "weight_aliases": MapOf(TEXT),
+                          "files": MapOf(FILE, key=FILE_NAME)})
+"""An engine bundle's ``engine.json``: a program bundle's manifest with one signature and module per entry point."""
 
 
 def check_manifest(manifest, where: str) -> None:
@@ -171,7 +185,24 @@ def check_manifest(manifest, where: str) -> None:
     that does not fit its shape and dtype, or a reference that leads nowhere: an alias to no stored weight, a weight in a file the manifest does not list."""
     try:
         MANIFEST(manifest, "")
-        _check_sizes(manifest)
+        _check_weight_sizes(manifest)
+        _check_signature_sizes(manifest["signature"], "signature")
+        _check_references(manifest)
+    except SchemaError as error:
+        raise BundleError(f"{where} is invalid: {error}") from None
+
+
+def check_engine_manifest(manifest, where: str) -> None:
+    """``check_manifest`` for an engine bundle's manifest (``ENGINE_MANIFEST``): each entry point's signature as a
+    program's, its module a file the manifest lists."""
+    try:
+        ENGINE_MANIFEST(manifest, "")
+        _check_weight_sizes(manifest)
+        for name, entry in manifest["entry_points"].items():
+            _check_signature_sizes(entry["signature"], f"entry_points[{name!r}].signature")
+            if entry["module"] not in manifest["files"]:
+                raise SchemaError(f"entry_points[{name!r}].module",
+                                  f"expected a file listed in files, got {entry['module']!r}")
         _check_references(manifest)
     except SchemaError as error:
         raise BundleError(f"{where} is invalid: {error}") from None
@@ -219,18 +250,22 @@ def _nbytes(shape, dtype: str) -> int:
     return math.prod(d for d in shape if isinstance(d, int)) * DTYPES_BY_NAME[dtype].itemsize
 
 
-def _check_sizes(manifest: dict) -> None:
-    """Each weight's ``bytes`` is what its shape and dtype take, and no tensor of the signature has static sizes
-    whose product (in bytes) reaches 2**63, so no tensor or placeholder made from them overflows."""
+def _check_weight_sizes(manifest: dict) -> None:
+    """Each weight's ``bytes`` is what its shape and dtype take."""
     for name, record in manifest["weights"].items():
         if _nbytes(record["shape"], record["dtype"]) != record["bytes"]:
             raise SchemaError(f"weights[{name!r}].bytes", f"expected {record['dtype']}{record['shape']}'s size in "
                                                           f"bytes, got {record['bytes']}")
+
+
+def _check_signature_sizes(signature: dict, field: str) -> None:
+    """No tensor of the ``signature`` has static sizes whose product (in bytes) reaches 2**63, so no tensor or
+    placeholder made from them overflows."""
     for group in ("inputs", "outputs"):
-        for index, slot in enumerate(manifest["signature"][group]):
+        for index, slot in enumerate(signature[group]):
             tensor = slot["tensor"]
             if tensor is not None and _nbytes(tensor["shape"], tensor["dtype"]) >= 2 ** 63:
-                raise SchemaError(f"signature.{group}[{index}].tensor.shape", "expected static sizes whose product "
+                raise SchemaError(f"{field}.{group}[{index}].tensor.shape", "expected static sizes whose product "
                                   f"in bytes is below 2**63, got {described(tensor['shape'])}")
 
 

@@ -8,6 +8,7 @@ import hashlib
 import json
 import os
 import sys
+import threading
 from pathlib import Path
 
 import torch
@@ -29,26 +30,62 @@ def small_artifact():
     return model, artifact
 
 
-def read_manifest(path: Path) -> dict:
-    return json.loads((path / MANIFEST).read_text())
+def loads_while_saving(versions: list, path: Path, outcome, loads: int, readers: int, pause: float) -> list[str]:
+    """Save ``versions`` (artifacts) in turn to ``path`` from one thread, ``pause`` seconds apart (readers run
+    between saves too: a save holds the interpreter most of its time), while ``readers`` threads take ``loads``
+    outcomes in all: ``outcome()`` (a load and what it computed, as a word), or the error it raised, as text."""
+    done, outcomes, lock = threading.Event(), [], threading.Lock()
+
+    def save():
+        turn = 0
+        while not done.is_set():
+            turn += 1
+            versions[turn % 2].save(path)
+            done.wait(pause)
+
+    def read():
+        while True:
+            with lock:
+                if len(outcomes) >= loads:
+                    return
+                outcomes.append(None)
+                index = len(outcomes) - 1
+            try:
+                outcomes[index] = outcome()
+            except Exception as error:  # noqa: BLE001  (every failure is a wrong outcome: the caller reports it)
+                outcomes[index] = f"{type(error).__name__}: {error}"
+
+    saver, reading = threading.Thread(target=save), [threading.Thread(target=read) for _ in range(readers)]
+    saver.start()
+    for reader in reading:
+        reader.start()
+    for reader in reading:
+        reader.join()
+    done.set()
+    saver.join()
+    return outcomes
 
 
-def write_manifest(path: Path, manifest: dict) -> None:
-    (path / MANIFEST).write_text(json.dumps(manifest))
+def read_manifest(path: Path, manifest: str = MANIFEST) -> dict:
+    return json.loads((path / manifest).read_text())
 
 
-def edit_manifest(path: Path, change) -> None:
-    """Apply ``change(manifest)`` (it edits in place) and write the manifest back."""
-    manifest = read_manifest(path)
-    change(manifest)
-    write_manifest(path, manifest)
+def write_manifest(path: Path, content: dict, manifest: str = MANIFEST) -> None:
+    (path / manifest).write_text(json.dumps(content))
 
 
-def rewrite_file(path: Path, name: str, data: bytes) -> None:
+def edit_manifest(path: Path, change, manifest: str = MANIFEST) -> None:
+    """Apply ``change(manifest)`` (it edits in place) and write the manifest (file ``manifest``) back."""
+    content = read_manifest(path, manifest)
+    change(content)
+    write_manifest(path, content, manifest)
+
+
+def rewrite_file(path: Path, name: str, data: bytes, manifest: str = MANIFEST) -> None:
     """Replace the bundle file ``name`` with ``data``, its size and sha256 updated in the manifest."""
     (path / name).write_bytes(data)
     edit_manifest(path, lambda m: m["files"].__setitem__(
-        name, {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}))
+        name, {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}), manifest)
 
 
 def _read_varint(data: bytes, position: int) -> tuple[int, int]:

@@ -2,13 +2,13 @@
 (same weight shapes, different programs and weights, as a retrained model would be) while reader threads load it
 and call it. Every load is one version, whole (its module with its own weights): never a mix, never an error.
 A fixed sample of 200 loads runs by default (a few seconds); ``--full-sweep`` runs 400."""
-import threading
 
 import torch
 
 from torch_stablehlo.exporter import export_to_stablehlo, load_artifact
 
 from ..conftest import full_sweep
+from .bundles import loads_while_saving
 
 READERS = 4
 TOLERANCE = dict(rtol=1e-5, atol=1e-5)  # f32 matmuls of 8 terms
@@ -31,38 +31,15 @@ def test_loads_while_a_save_replaces_the_bundle_each_see_one_version(request, tm
     x, versions = _versions()
     path = versions[0][0].save(tmp_path / "bundle")
     mixes = [2 * versions[0][1] + 1, (versions[1][1] - 1) / 2]  # each module run with the other's weights
-    done, loads, outcomes, lock = threading.Event(), [], [], threading.Lock()
 
-    def save():
-        turn = 0
-        while not done.is_set():
-            turn += 1
-            versions[turn % 2][0].save(path)
-            done.wait(0.02)  # the readers run between saves too (a save holds the interpreter most of its time)
+    def outcome() -> str:
+        result = load_artifact(path)(x)
+        matches = [i for i, (_, expected) in enumerate(versions) if torch.allclose(result, expected, **TOLERANCE)]
+        return (f"version {matches[0]}" if matches else
+                "a mix" if any(torch.allclose(result, m, **TOLERANCE) for m in mixes) else "wrong")
 
-    def read():
-        while True:
-            with lock:
-                if len(loads) >= loads_wanted:
-                    return
-                loads.append(1)
-            try:
-                result = load_artifact(path)(x)
-            except Exception as error:  # noqa: BLE001  (every failure is a wrong outcome, reported below)
-                outcomes.append(f"{type(error).__name__}: {error}")
-                continue
-            matches = [i for i, (_, expected) in enumerate(versions) if torch.allclose(result, expected, **TOLERANCE)]
-            outcomes.append(f"version {matches[0]}" if matches else
-                            "a mix" if any(torch.allclose(result, m, **TOLERANCE) for m in mixes) else "wrong")
-
-    saver, readers = threading.Thread(target=save), [threading.Thread(target=read) for _ in range(READERS)]
-    saver.start()
-    for reader in readers:
-        reader.start()
-    for reader in readers:
-        reader.join()
-    done.set()
-    saver.join()
-    wrong = [outcome for outcome in outcomes if not outcome.startswith("version")]
+    outcomes = loads_while_saving([artifact for artifact, _ in versions], path, outcome, loads_wanted, READERS,
+                                  pause=0.02)
+    wrong = [o for o in outcomes if not o.startswith("version")]
     assert len(outcomes) == loads_wanted and wrong == [], (len(wrong), wrong[:3])
     assert {"version 0", "version 1"} <= set(outcomes), "the loads saw both versions (the saves did overlap them)"

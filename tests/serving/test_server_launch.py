@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from torch_stablehlo.exporter import export_to_stablehlo
+from torch_stablehlo.exporter.formats.engine_artifact import ENGINE_MANIFEST
 from torch_stablehlo.serving import launch
 from torch_stablehlo.serving.checkpoint import EngineSettings, cache_key
 from torch_stablehlo.tools.cli import main
@@ -26,8 +27,17 @@ def checkpoint(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def some_bundle(tmp_path_factory):
-    artifact = export_to_stablehlo(torch.export.export(torch.nn.Linear(2, 2), (torch.ones(1, 2),)))
-    return artifact.save(tmp_path_factory.mktemp("bundle") / "engine")
+    """A folder ``prepare`` takes for an engine bundle (it holds an ``engine.json``; ``prepare`` reads no file of it)."""
+    folder = tmp_path_factory.mktemp("bundle") / "engine"
+    folder.mkdir()
+    (folder / ENGINE_MANIFEST).write_text("{}")
+    return folder
+
+
+def test_a_program_bundle_is_not_served_as_an_engine(tmp_path):
+    path = export_to_stablehlo(torch.export.export(torch.nn.Linear(2, 2), (torch.ones(1, 2),))).save(tmp_path / "b")
+    with pytest.raises(ValueError, match=r"neither an engine bundle \(engine\.json\) nor a transformers checkpoint"):
+        launch.prepare(path, tokenizer=path, model_name=None, slots=None, max_cache_len=None, cache_folder=None)
 
 
 def test_cache_key_follows_content_and_settings(checkpoint, tmp_path):
