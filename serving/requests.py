@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import math
 import random
 import threading
 import time
@@ -69,16 +68,10 @@ def resolve_sampling(defaults: SamplingDefaults, vocab_size: int, do_sample=None
     ``export_generate`` resolve them (``generate.settings.resolve_sampling``: each argument given wins, else the
     model's ``generation_config`` value, else generate's default); RequestError for a value out of range. A
     sampled request without a seed gets a random one."""
-    if do_sample is not None and not isinstance(do_sample, bool):
-        raise RequestError(f"do_sample must be True, False or None (the model's default), got {do_sample!r}")
-    if any(isinstance(value, bool) for value in (temperature, top_k, top_p)):
-        raise RequestError("temperature, top_k and top_p take numbers, not True or False")
     try:
         chosen = settings.resolve_sampling(defaults, do_sample, temperature, top_k, top_p)
     except ValueError as error:
         raise RequestError(str(error)) from None
-    if chosen.do_sample and not math.isfinite(chosen.temperature):
-        raise RequestError(f"temperature must be a finite number > 0, got {chosen.temperature!r}")
     if seed is None:
         seed = random.randrange(SEED_RANGE)
     if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < SEED_RANGE:

@@ -49,6 +49,10 @@ def resolve_sampling(generation_config, do_sample: bool | None = None, temperatu
     ``generate``) but refuses them passed explicitly (other than generate's defaults); top-k 0 and top-p 1.0
     mean no cut. Raises ValueError naming a setting out of range. One rule for every program that chooses
     tokens (``export_generate`` and the serving engine)."""
+    if do_sample is not None and not isinstance(do_sample, bool):
+        raise ValueError(f"do_sample must be True, False or None (the model's default), got {do_sample!r}")
+    if any(isinstance(number, bool) for number in (temperature, top_k, top_p)):
+        raise ValueError("temperature, top_k and top_p take numbers, not True or False")
     given = {"do_sample": do_sample, "temperature": temperature, "top_k": top_k, "top_p": top_p}
     value = {name: next(v for v in (given[name], getattr(generation_config, name, None), default) if v is not None)
              for name, default in SAMPLING_DEFAULTS.items()}
@@ -59,8 +63,8 @@ def resolve_sampling(generation_config, do_sample: bool | None = None, temperatu
                              "pass do_sample=True, or leave them unset for greedy decoding")
         return Sampling()
     temperature, top_k, top_p = value["temperature"], value["top_k"], value["top_p"]
-    if not (isinstance(temperature, (int, float)) and temperature > 0):
-        raise ValueError(f"temperature must be > 0 when sampling, got {temperature!r}")
+    if not (isinstance(temperature, (int, float)) and 0 < temperature < math.inf):
+        raise ValueError(f"temperature must be a finite number > 0 when sampling, got {temperature!r}")
     if not (isinstance(top_k, int) and top_k >= 0):
         raise ValueError(f"top_k must be a non-negative int (0: no cut), got {top_k!r}")
     if not (isinstance(top_p, (int, float)) and 0 < top_p <= 1):

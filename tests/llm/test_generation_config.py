@@ -77,5 +77,11 @@ def test_arguments_then_config_then_generates_defaults():
         resolve_sampling(_Config(), temperature=0.6)
     with pytest.raises(ValueError, match="top_p must be in"):
         resolve_sampling(checkpoint, top_p=0.0)
-    with pytest.raises(ValueError, match="temperature must be > 0"):
+    with pytest.raises(ValueError, match="temperature must be a finite number > 0"):
         resolve_sampling(_Config(do_sample=True, temperature=0.0))
+    with pytest.raises(ValueError, match="temperature must be a finite number > 0"):
+        resolve_sampling(checkpoint, temperature=float("inf"))
+    with pytest.raises(ValueError, match="not True or False"):
+        resolve_sampling(checkpoint, top_k=True)
+    with pytest.raises(ValueError, match="do_sample must be True, False or None"):
+        resolve_sampling(checkpoint, do_sample=1)
