@@ -237,22 +237,22 @@ def sample_targets(report: dict) -> dict[str, set]:
     return targets
 
 
-def committed_failures(report: dict) -> list[str]:
-    """Entries with a sample the report records as failed or errored, in either pass."""
-    bad = {STATUS["failed"], STATUS["errored"]}
-    return sorted(name for name, entry in report["opinfo"].items()
-                  if any(bad & set(letters) for p in PASSES for letters in entry[p].values()))
+# A sample that does not pass splits its batch (``opinfo_sweep._settle``): one more export and compile, worth
+# about this many samples of a batch that passes.
+SPLIT_COST = 10
 
 
 def sweep_sample(report: dict) -> list[str]:
-    """The fixed sample of OpInfo entries ``make test`` re-sweeps: every entry with a committed failure, then
-    a greedy cover of ``sample_targets`` (each step takes the entry reaching the most targets not yet
-    reached per sample it sweeps; ties by name). Deterministic: a function of the report (and of which module registers each lowering)."""
+    """The fixed sample of OpInfo entries ``make test`` re-sweeps: a greedy cover of ``sample_targets`` (each
+    step takes the entry reaching the most targets not yet reached per unit of its estimated cost: its samples,
+    plus ``SPLIT_COST`` for each that does not pass; ties by name). Deterministic: a function of the report (and
+    of which module registers each lowering)."""
     reaches = sample_targets(report)
-    cost = {name: sum(len(letters) for p in PASSES for letters in entry[p].values()) or 1
+    cost = {name: sum(len(letters) + SPLIT_COST * sum(letter != STATUS["passed"] for letter in letters)
+                      for p in PASSES for letters in entry[p].values()) or 1
             for name, entry in report["opinfo"].items()}
-    chosen = committed_failures(report)
-    reached = set().union(*(reaches[name] for name in chosen))
+    chosen: list[str] = []
+    reached: set = set()
     wanted = set().union(*reaches.values())
     while reached != wanted:
         best = max(sorted(set(reaches) - set(chosen)), key=lambda name: len(reaches[name] - reached) / cost[name])
