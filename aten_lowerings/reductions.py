@@ -18,7 +18,7 @@ from jaxlib.mlir.dialects import chlo, stablehlo
 from .constants import constant, full_like
 from .emit.elementwise import as_tensor, compare
 from .emit.extremes import highest, is_nan, lowest, maximum, minimum
-from .emit.reductions import arg_extreme, arg_picker, p_norm, reduce, scan
+from .emit.reduce import arg_extreme, arg_picker, p_norm, reduce, scan
 from .mlir_types import DYNAMIC
 from .promotion import compute_dtype, convert, round_to
 from .registry import lower

@@ -18,7 +18,7 @@ from ..emit.elementwise import (as_tensor, compare, elementwise, elementwise_op,
                                 floor_quotient, scalar, sign_differs, signbit_values)
 from ..emit.extremes import fmax, fmin, is_nan, maximum, minimum
 from ..emit.loops import while_loop
-from ..emit.reductions import reduce
+from ..emit.reduce import reduce
 from ..mlir_types import is_unsigned
 from ..promotion import compute_dtype, convert, promoted_dtype
 from ..registry import lower

@@ -14,7 +14,7 @@ from jaxlib.mlir.dialects import chlo, stablehlo
 
 from ..emit.elementwise import compare, elementwise_operands, scalar
 from ..emit.loops import while_loop
-from ..emit.reductions import reduce
+from ..emit.reduce import reduce
 from ..registry import lower
 from ..values import static_shape
 

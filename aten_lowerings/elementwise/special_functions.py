@@ -18,7 +18,7 @@ from ..constants import full_like
 from ..emit.elementwise import compare, elementwise, scalar, signbit_values
 from ..emit.jax_functions import call_jax
 from ..emit.loops import while_loop
-from ..emit.reductions import reduce
+from ..emit.reduce import reduce
 from ..registry import lower
 
 aten = torch.ops.aten

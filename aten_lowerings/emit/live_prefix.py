@@ -29,7 +29,7 @@ from ..mlir_types import DYNAMIC
 from ..promotion import convert
 from ..values import dtype_of, producer, rank, static_shape, value_type
 from .elementwise import compare
-from .reductions import reduce
+from .reduce import reduce
 
 SHORTEST = 128
 """The shortest bucket: keys are read at least this many at a time."""
