@@ -47,7 +47,7 @@ golden: $(STAMP)
 bench: $(STAMP)
 	$(PY) bench/convert_speed.py
 	$(PY) bench/run_speed.py
-	$(PY) bench/compile_cache.py
+	$(PY) bench/warm_start.py
 
 bench-large: $(STAMP)
 	$(PY) bench/multi_gb_export.py

@@ -6,7 +6,7 @@ sees, the padded sizes of data-dependent results, the random-seed argument, and 
 emitters a module built outside the graph walk (a generate loop) uses.
 """
 from . import (  # noqa: F401  (each import registers its rules)
-    composites,
+    composite_marks,
     control_flow,
     data_dependent,
     elementwise,
@@ -17,21 +17,21 @@ from . import (  # noqa: F401  (each import registers its rules)
     random_ops,
     reductions,
     shape,
-    sharding,
+    sharding_marks,
     sorting,
     traced_kernels,
 )
 from .emit.padded import PaddedDims, is_padded, keeps_padding
 from .emit.random_bits import RANDOM_OPS, RNG_SEED_DTYPE, RNG_SEED_NAME, seeded_key, uses_random
-from .composites import COMPOSITE_CALL, MARK as COMPOSITE_MARK
+from .composite_marks import COMPOSITE_CALL, MARK as COMPOSITE_MARK
 from .constants import constant
 from .context import LoweringContext
 from .emit.loops import while_loop
-from .emit.platforms import per_platform
+from .emit.platform_case import per_platform
 from .mlir_types import tensor_type
 from .registry import LOWERINGS, USER_LOWERINGS, lower, lowering_for, op_name, scoped_user_lowerings
 from .user_ops import USER_FUNCTIONS, MutatingOpError, jax_rule, refuse_mutating
-from .sharding import mark_sharding, spec_of
+from .sharding_marks import mark_sharding, spec_of
 
 __all__ = ["LOWERINGS", "lower", "lowering_for", "op_name", "LoweringContext", "tensor_type", "PaddedDims",
            "is_padded", "keeps_padding", "RANDOM_OPS", "RNG_SEED_NAME", "RNG_SEED_DTYPE", "seeded_key", "uses_random",

@@ -29,7 +29,7 @@ class LoweringContext:
         self.dims = dims
         self.mesh = mesh  # the device mesh (axis -> size) @main is partitioned over; None: one device
         # the platforms the code emitted here runs on: the module's, or one in a branch of a per-platform
-        # ``stablehlo.case`` (``emit.platforms``); none given: JAX's default backend lowers JAX functions
+        # ``stablehlo.case`` (``emit.platform_case``); none given: JAX's default backend lowers JAX functions
         self.platforms = platforms
         self.platform_index = platform_index  # @main's platform index argument, where the module has one
         self._lower_graph = lower_graph

@@ -19,9 +19,9 @@ from .constants import constant, full_like
 from .emit.elementwise import compare
 from .emit.index_plans import IndexPlan, gather_plan, scatter_plan
 from .emit.padded import data_dependent_result
-from .emit.reductions import reduce, scan
+from .emit.reduce import reduce, scan
 from .emit.slicing import slice_dim
-from .emit.sorting import sort_with_indices, true_first
+from .emit.sort import sort_with_indices, true_first
 from .promotion import convert
 from .registry import lower
 from .shapes import broadcast_in_dim, broadcast_to, iota, reshape

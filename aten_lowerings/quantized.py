@@ -18,7 +18,7 @@ from torch_stablehlo.quantize.types import accumulator_scheme, quant_tensor_type
 
 from .constants import constant, full_like
 from .emit.contraction import convolve, dot_general, per_dim, symmetric_padding
-from .emit.reductions import reduce
+from .emit.reduce import reduce
 from .mlir_types import element_type, mlir_shape
 from .promotion import convert
 from .registry import lower

@@ -15,9 +15,9 @@ from jaxlib.mlir.dialects import stablehlo
 from .constants import full_like
 from .emit.elementwise import as_tensor, compare
 from .emit.random_bits import dropout_values, keep_mask, random_bits, uniform_values
-from .emit.reductions import reduce, scan
+from .emit.reduce import reduce, scan
 from .emit.slicing import slice_dim
-from .emit.sorting import sort_with_indices
+from .emit.sort import sort_with_indices
 from .promotion import compute_dtype, convert
 from .registry import lower
 from .shapes import broadcast_in_dim, reshape

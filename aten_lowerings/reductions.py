@@ -18,7 +18,7 @@ from jaxlib.mlir.dialects import chlo, stablehlo
 from .constants import constant, full_like
 from .emit.elementwise import as_tensor, compare
 from .emit.extremes import highest, is_nan, lowest, maximum, minimum
-from .emit.reductions import arg_extreme, arg_picker, p_norm, reduce, scan
+from .emit.reduce import arg_extreme, arg_picker, p_norm, reduce, scan
 from .mlir_types import DYNAMIC
 from .promotion import compute_dtype, convert, round_to
 from .registry import lower
@@ -148,8 +148,9 @@ def _moments(ctx, x, dim, correction):
     return stablehlo.divide(squares, denominator), average
 
 
-def _register_moments(overloads, finish):
-    """Register the ``.correction``, ``.dim`` and ``.default`` overloads of var/std/var_mean/std_mean."""
+def _moment_rules(finish):
+    """The rules of the ``.correction``, ``.dim`` and ``.default`` overloads of var/std/var_mean/std_mean, with
+    ``finish(ctx, var, mean)`` making the outputs."""
 
     def by_correction(ctx, x, dim=None, *, correction=None, keepdim=False):
         return finish(ctx, *_moments(ctx, x, dim, 1 if correction is None else correction))
@@ -157,15 +158,16 @@ def _register_moments(overloads, finish):
     def by_unbiased(ctx, x, dim=None, unbiased=True, keepdim=False):
         return finish(ctx, *_moments(ctx, x, dim, int(unbiased)))
 
-    lower(overloads.correction)(by_correction)
-    lower(overloads.dim)(by_unbiased)
-    lower(overloads.default)(lambda ctx, x, unbiased=True: by_unbiased(ctx, x, None, unbiased))
+    return by_correction, by_unbiased, lambda ctx, x, unbiased=True: by_unbiased(ctx, x, None, unbiased)
 
 
-_register_moments(aten.var, lambda ctx, var, mean: _finish(ctx, var))
-_register_moments(aten.std, lambda ctx, var, mean: _finish(ctx, stablehlo.sqrt(var)))
-_register_moments(aten.var_mean, lambda ctx, var, mean: (_finish(ctx, var, 0), _finish(ctx, mean, 1)))
-_register_moments(aten.std_mean, lambda ctx, var, mean: (_finish(ctx, stablehlo.sqrt(var), 0), _finish(ctx, mean, 1)))
+for _packet, _outputs in (
+        (aten.var, lambda ctx, var, mean: _finish(ctx, var)),
+        (aten.std, lambda ctx, var, mean: _finish(ctx, stablehlo.sqrt(var))),
+        (aten.var_mean, lambda ctx, var, mean: (_finish(ctx, var, 0), _finish(ctx, mean, 1))),
+        (aten.std_mean, lambda ctx, var, mean: (_finish(ctx, stablehlo.sqrt(var), 0), _finish(ctx, mean, 1)))):
+    for _overload, _rule in zip((_packet.correction, _packet.dim, _packet.default), _moment_rules(_outputs)):
+        lower(_overload)(_rule)
 
 
 # -- scans ---------------------------------------------------------------------------------

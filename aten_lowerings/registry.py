@@ -3,6 +3,10 @@
 A rule is ``rule(ctx, *args, **kwargs)``: the FX node's arguments with every
 tensor replaced by its MLIR value (and SymInts by 0-d i64 tensors). It returns
 one ``ir.Value`` or a sequence of them, in the order of the node's outputs.
+
+One verb registers a rule: ``@lower(aten.x.default)`` over its function, or ``lower(aten.x.default)(rule)`` for a
+rule that a helper makes (``emit.elementwise.elementwise(formula)``, a family's own rule factories). Helpers make
+rules and return them; only ``lower`` puts them in the registry.
 """
 from __future__ import annotations
 

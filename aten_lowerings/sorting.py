@@ -2,7 +2,7 @@
 nanmedian, mode), bucketing (searchsorted, histc, bucketize), masked_scatter, nonzero_static
 (nonzero itself, data-dependent in size, is in ``data_dependent``).
 
-Sorts are ``emit.sorting``'s: always stable, so ties keep their input order (what ``stable=True`` asks for,
+Sorts are ``emit.sort``'s: always stable, so ties keep their input order (what ``stable=True`` asks for,
 and what torch's CPU kernels give for the other overloads too), NaN above every number.
 argsort is the sort's indices; msort decomposes to ``sort``.
 """
@@ -17,9 +17,9 @@ from jaxlib.mlir.dialects import stablehlo
 from .constants import constant, full_like
 from .emit.elementwise import as_tensor, compare
 from .emit.index_plans import IndexPlan, along_dim_plan, gather_plan, scatter_plan
-from .emit.reductions import arg_extreme, reduce, scan
+from .emit.reduce import arg_extreme, reduce, scan
 from .emit.slicing import slice_dim
-from .emit.sorting import sort_with_indices, true_first
+from .emit.sort import sort_with_indices, true_first
 from .promotion import convert, promoted_dtype
 from .registry import lower
 from .shapes import broadcast_in_dim, broadcast_to, iota, normalize_dim, reshape

@@ -8,7 +8,7 @@ in its branch of a ``stablehlo.case``); ``scoped_lowering(op, function)`` for th
 (``aten_lowerings.user_ops``): artifacts, bundles, SavedModels and ``to_jax()`` never need it again.
 
 ``composite(module_or_function, name=..., attributes=...)`` marks each call's tensor inputs and outputs with
-marker ops that torch.export keeps (``aten_lowerings.composites`` says why markers); the exporter outlines the
+marker ops that torch.export keeps (``aten_lowerings.composite_marks`` says why markers); the exporter outlines the
 region between them into a ``stablehlo.composite`` whose decomposition is the region converted as usual.
 """
 from __future__ import annotations

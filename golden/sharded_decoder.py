@@ -1,5 +1,5 @@
 """A small Llama-style decoder (RMSNorm, causal attention with q/k/v/o projections, SwiGLU MLP) and its
-Megatron-style shardings over a ``data`` x ``model`` mesh: for the sharding tests and ``bench/sharding.py``."""
+Megatron-style shardings over a ``data`` x ``model`` mesh: for the sharding tests and ``bench/tensor_parallel.py``."""
 from __future__ import annotations
 
 from dataclasses import dataclass

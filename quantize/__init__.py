@@ -1,7 +1,7 @@
 """pt2e quantization as StableHLO ``!quant.uniform`` types: schemes read from torch's quantized_decomposed ops,
 their MLIR types, fusion of quantized products, and the preparation of an ExportedProgram for lowering."""
 from .fusion import FUSIBLE
-from .program import QUANTIZED_OPS_FORMS, lowering_graph, prepare_quantized
+from .preparation import QUANTIZED_OPS_FORMS, lowering_graph, prepare_quantized
 from .schemes import CHOOSE_QPARAMS, DEQUANTIZE, QUANTIZE, QuantScheme, UnsupportedQuantizationError
 from .torchao_weights import plain_quantized_weights
 

@@ -73,7 +73,7 @@ def _where(node: torch.fx.Node) -> str:
 
 
 def static_scheme(node: torch.fx.Node) -> "QuantScheme | None":
-    """The scheme ``quantize.program.lowering_graph`` found for a (de)quantize node; None when it is dynamic."""
+    """The scheme ``quantize.preparation.lowering_graph`` found for a (de)quantize node; None when it is dynamic."""
     return node.meta.get(SCHEME)
 
 

@@ -1,25 +1,23 @@
-"""Products on int8 weights in the forms XLA's CPU backend runs fast at decode shapes (a few rows), applied to the
-module XLA compiles (a copy: the artifact keeps torch's form).
+"""Products on int8 weights rewritten into the forms XLA's CPU backend runs fast at decode shapes (a few rows).
+The rewrite is applied to the module XLA compiles, a copy: the artifact keeps torch's form.
 
-Measured (``bench/quantized_decode_speed.py --micro``, 4096 x 8192 int8 weight, 2 threads): an int8 x int8
-``dot_general`` with an int32 result takes about 35 ms for one row and 1.4 ms for two to eight (float32: 4.2 ms
-for one row); a float32 row times the weight converted to float32 takes 35-100 ms however it is written (convert
-then dot, dequantize then dot, mixed operand types). So:
+Why: on XLA CPU an int8 x int8 product with one row is many times slower than with two, and a float32 row times
+an int8 weight converted to float32 is slow however it is written (README, "Speed and scale", has the figures,
+measured with ``bench/quantized_decode_speed.py``). So:
 
-- int8 x int8 with one row: the row is padded to two and the extra row of the result dropped;
-- uint8 x int8 (torchao's dynamic activations on CPUs with VNNI but no AMX, ``_int_scaled_matmul_cpu``: the int8
-  activations shifted by 128 into uint8, the product corrected by ``128 * column sums of the weight``; XLA runs
-  such a mixed product about 10x slower than int8 x int8, at 1, 2 or 8 rows of a 4096 x 4096 weight: 95-121
-  ms against 8-14): the int8 x int8 product of the rows shifted back, in the forms above. When the rows are torchao's shifted int8 and the product's one user subtracts
-  that correction, the subtraction goes too (no second read of the weight for its sums); otherwise the correction
-  is added to the product. Exact either way (int32 sums, as the product itself).
+- int8 x int8 with one row: the row is padded to two and the extra row of the result is dropped.
+- uint8 x int8 (torchao's dynamic activations on CPUs with VNNI but no AMX, ``_int_scaled_matmul_cpu``: int8
+  activations shifted by 128 into uint8, the product corrected by ``128 * column sums of the weight``), which XLA
+  runs far slower than int8 x int8: the rows are shifted back and multiplied as int8 x int8, in the forms above.
+  When the product's one user subtracts torchao's correction, that subtraction goes too (the weight is not read a
+  second time for its sums); otherwise the correction is added to the product. Both are exact (int32 sums).
 - a float32 lhs of at most ``DIGIT_ROWS`` rows times ``convert(int8 weight)`` (times a per-channel scale, as
-  ``stablehlo-legalize-quant-to-math`` dequantizes a weight-only ``!quant.uniform`` weight): each row is split into three int8
-  digits, ``x = s1 q1 + s2 q2 + s3 q3`` (per row ``s1 = max|x| / 127``, ``s2 = s1 / 252``, ``s3 = s2 / 252``;
-  what is left is at most ``s3 / 2``, ``max|x|`` times 6e-8, float32's own rounding), one int8 x int8 -> int32
-  product of the three rows (exact), then ``s1 a1 + s2 a2 + s3 a3`` in float32.
+  ``stablehlo-legalize-quant-to-math`` dequantizes a weight-only ``!quant.uniform`` weight): each row is split
+  into three int8 digits, ``x = s1 q1 + s2 q2 + s3 q3`` (per row ``s1 = max|x| / 127``, ``s2 = s1 / 252``,
+  ``s3 = s2 / 252``; what is left is at most ``s3 / 2``, ``max|x|`` times 6e-8, float32's own rounding), one
+  int8 x int8 -> int32 product of the three digit rows (exact), then ``s1 a1 + s2 a2 + s3 a3`` in float32.
 
-An int8 weight read through a 2-d ``transpose`` is read as it is stored, the contracted dim swapped.
+An int8 weight read through a 2-d ``transpose`` is read as it is stored, with the contracted dim swapped.
 """
 from __future__ import annotations
 

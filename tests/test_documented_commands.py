@@ -110,9 +110,9 @@ AS_WRITTEN_TOO = {"demo"}  # also run as written, among the slow ones (make demo
 BENCH_ARGS = {
     "convert_speed.py": ["--small"],
     "run_speed.py": ["--models", "mlp", "--repeats", "1"],
-    "compile_cache.py": ["--model", "mlp"],
-    "scan_layers.py": ["--depths", "1", "2", "--repeats", "1"],
-    "sharding.py": ["--devices", "2", "--repeats", "1"],
+    "warm_start.py": ["--model", "mlp"],
+    "unrolled_vs_scanned.py": ["--depths", "1", "2", "--repeats", "1"],
+    "tensor_parallel.py": ["--devices", "2", "--repeats", "1"],
     "auto_sharding.py": ["--quick", "--repeats", "1", "--search-layers", "2"],
     "multi_gb_export.py": ["--layers", "1", "--hidden", "64", "--intermediate", "128", "--heads", "4",
                            "--vocab", "512", "--shard-gb", "0.0001"],
@@ -124,9 +124,9 @@ BENCH_ARGS = {
 }
 # bench scripts make test leaves to CI's second step and make check-commands: 8 to 25 s of CPU each (fresh
 # processes, compiles), where make test has about a minute and a half for all of this module and test_packaging
-SLOW_BENCH = {"multi_gb_export.py", "convert_speed.py", "scan_layers.py", "compile_cache.py", "sharding.py",
-              "decode_speed.py", "generate_speed.py", "quantized_decode_speed.py", "load_trust.py", "serve_load.py",
-              "auto_sharding.py"}
+SLOW_BENCH = {"multi_gb_export.py", "convert_speed.py", "unrolled_vs_scanned.py", "warm_start.py",
+              "tensor_parallel.py", "decode_speed.py", "generate_speed.py", "quantized_decode_speed.py", "load_trust.py",
+              "serve_load.py", "auto_sharding.py"}
 COVERAGE_ARGS = ["--ops", "abs,nn.functional.relu", "--jobs", "1", "--out", "coverage-report"]
 
 

@@ -24,18 +24,15 @@ _SELU_ALPHA = 1.6732632423543772848170429916717
 _SELU_SCALE = 1.0507009873554804934193349852946
 
 
-def _activation(*targets):
-    """Register ``formula(ctx, x, *params)``: ``x`` in its compute dtype, params as the node passes them."""
+def _in_compute_dtype(formula):
+    """The rule computing ``formula(ctx, x, *params)`` with ``x`` in its compute dtype (params as the node passes
+    them), rounded once to the output dtype."""
 
-    def register(formula):
-        def rule(ctx, x, *params, **kwparams):
-            value = convert(x, compute_dtype(ctx.out_dtype))
-            return convert(formula(ctx, value, *params, **kwparams), ctx.out_dtype)
+    def rule(ctx, x, *params, **kwparams):
+        value = convert(x, compute_dtype(ctx.out_dtype))
+        return convert(formula(ctx, value, *params, **kwparams), ctx.out_dtype)
 
-        lower(*targets)(rule)
-        return formula
-
-    return register
+    return rule
 
 
 def _scale(ctx, x, factor):
@@ -46,32 +43,41 @@ def _positive(ctx, x):
     return compare(x, scalar(ctx, 0, x), "GT")
 
 
-@_activation(aten.hardtanh.default)
 def hardtanh(ctx, x, min_val=-1.0, max_val=1.0):
     return minimum(maximum(x, scalar(ctx, min_val, x)), scalar(ctx, max_val, x))
 
 
-@_activation(aten.relu.default)
+lower(aten.hardtanh.default)(_in_compute_dtype(hardtanh))
+
+
+@lower(aten.relu.default)
+@_in_compute_dtype
 def relu(ctx, x):
     return maximum(x, scalar(ctx, 0, x))
 
 
-@_activation(aten.relu6.default)
 def relu6(ctx, x):
     return hardtanh(ctx, x, 0, 6)
 
 
-@_activation(aten.hardsigmoid.default)
+lower(aten.relu6.default)(_in_compute_dtype(relu6))
+
+
 def hardsigmoid(ctx, x):
     return stablehlo.divide(relu6(ctx, stablehlo.add(x, scalar(ctx, 3, x))), scalar(ctx, 6, x))
 
 
-@_activation(aten.hardswish.default)
+lower(aten.hardsigmoid.default)(_in_compute_dtype(hardsigmoid))
+
+
+@lower(aten.hardswish.default)
+@_in_compute_dtype
 def hardswish(ctx, x):
     return stablehlo.multiply(x, hardsigmoid(ctx, x))
 
 
-@_activation(aten.gelu.default)
+@lower(aten.gelu.default)
+@_in_compute_dtype
 def gelu(ctx, x, *, approximate="none"):
     if approximate == "tanh":
         cube = stablehlo.multiply(stablehlo.multiply(x, x), x)
@@ -82,28 +88,34 @@ def gelu(ctx, x, *, approximate="none"):
     return stablehlo.multiply(_scale(ctx, x, 0.5), stablehlo.add(scalar(ctx, 1, x), gate))
 
 
-@_activation(aten.silu.default)
+@lower(aten.silu.default)
+@_in_compute_dtype
 def silu(ctx, x):
     return stablehlo.multiply(x, stablehlo.logistic(x))
 
 
-@_activation(aten.leaky_relu.default)
+@lower(aten.leaky_relu.default)
+@_in_compute_dtype
 def leaky_relu(ctx, x, negative_slope=0.01):
     return stablehlo.select(_positive(ctx, x), x, _scale(ctx, x, negative_slope))
 
 
-@_activation(aten.elu.default)
 def elu(ctx, x, alpha=1.0, scale=1.0, input_scale=1.0):
     negative = _scale(ctx, stablehlo.exponential_minus_one(_scale(ctx, x, input_scale)), alpha * scale)
     return stablehlo.select(_positive(ctx, x), _scale(ctx, x, scale), negative)
 
 
-@_activation(aten.celu.default)
+lower(aten.elu.default)(_in_compute_dtype(elu))
+
+
+@lower(aten.celu.default)
+@_in_compute_dtype
 def celu(ctx, x, alpha=1.0):
     return elu(ctx, x, alpha, 1.0, 1.0 / alpha)
 
 
-@_activation(aten.selu.default)
+@lower(aten.selu.default)
+@_in_compute_dtype
 def selu(ctx, x):
     return elu(ctx, x, _SELU_ALPHA, _SELU_SCALE)
 
@@ -112,7 +124,8 @@ def _log1p_exp(x):
     return stablehlo.log_plus_one(stablehlo.exponential(x))
 
 
-@_activation(aten.softplus.default)
+@lower(aten.softplus.default)
+@_in_compute_dtype
 def softplus(ctx, x, beta=1.0, threshold=20.0):
     """Linear above ``threshold`` (in units of ``beta * x``), as torch does to avoid overflow."""
     scaled = _scale(ctx, x, beta)
@@ -120,19 +133,22 @@ def softplus(ctx, x, beta=1.0, threshold=20.0):
     return stablehlo.select(compare(scaled, scalar(ctx, threshold, x), "GT"), x, smooth)
 
 
-@_activation(aten.mish.default)
+@lower(aten.mish.default)
+@_in_compute_dtype
 def mish(ctx, x):
     return stablehlo.multiply(x, stablehlo.tanh(_log1p_exp(x)))
 
 
-@_activation(aten.log_sigmoid.default)
+@lower(aten.log_sigmoid.default)
+@_in_compute_dtype
 def log_sigmoid(ctx, x):
     """min(x, 0) - log1p(exp(-|x|)): stable for large |x| of either sign."""
     zero = scalar(ctx, 0, x)
     return stablehlo.subtract(minimum(x, zero), _log1p_exp(stablehlo.negate(stablehlo.abs(x))))
 
 
-@_activation(aten.threshold.default)
+@lower(aten.threshold.default)
+@_in_compute_dtype
 def threshold(ctx, x, threshold, value):
     return stablehlo.select(compare(x, scalar(ctx, threshold, x), "LE"), scalar(ctx, value, x), x)
 
@@ -141,7 +157,8 @@ def _leaky(ctx, x, slopes):
     return stablehlo.select(_positive(ctx, x), x, stablehlo.multiply(x, slopes))
 
 
-@_activation(aten.prelu.default)
+@lower(aten.prelu.default)
+@_in_compute_dtype
 def prelu(ctx, x, weight):
     """One slope per channel (dim 1), or a single slope shared by all."""
     weight = convert(weight, dtype_of(x))
@@ -150,12 +167,14 @@ def prelu(ctx, x, weight):
     return _leaky(ctx, x, broadcast_in_dim(ctx, weight, ctx.out_shape, [1]))
 
 
-@_activation(aten._prelu_kernel.default)
+@lower(aten._prelu_kernel.default)
+@_in_compute_dtype
 def prelu_kernel(ctx, x, weight):
     return _leaky(ctx, x, broadcast_to(ctx, convert(weight, dtype_of(x)), ctx.out_shape))
 
 
-@_activation(aten.glu.default)
+@lower(aten.glu.default)
+@_in_compute_dtype
 def glu(ctx, x, dim=-1):
     """First half of ``dim`` gated by the sigmoid of the second half (any dim may be symbolic)."""
     dim = normalize_dim(dim, len(static_shape(x)))

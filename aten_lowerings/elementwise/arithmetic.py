@@ -14,11 +14,11 @@ import torch
 from jaxlib.mlir.dialects import chlo, stablehlo
 
 from ..constants import full_like
-from ..emit.elementwise import (as_tensor, compare, elementwise_formula, elementwise_operands, elementwise_rule,
-                                float_bits, floor_quotient, register_elementwise, scalar, sign_differs, signbit_values)
+from ..emit.elementwise import (as_tensor, compare, elementwise, elementwise_op, elementwise_operands, float_bits,
+                                floor_quotient, scalar, sign_differs, signbit_values)
 from ..emit.extremes import fmax, fmin, is_nan, maximum, minimum
 from ..emit.loops import while_loop
-from ..emit.reductions import reduce
+from ..emit.reduce import reduce
 from ..mlir_types import is_unsigned
 from ..promotion import compute_dtype, convert, promoted_dtype
 from ..registry import lower
@@ -47,19 +47,21 @@ def _with_alpha(op):
 
 lower(aten.add.Tensor, aten.add.Scalar)(_with_alpha(stablehlo.add))
 lower(aten.sub.Tensor, aten.sub.Scalar)(_with_alpha(stablehlo.subtract))
-register_elementwise(stablehlo.multiply, aten.mul.Tensor, aten.mul.Scalar)
-register_elementwise(stablehlo.divide, aten.div.Tensor, aten.div.Scalar, aten.true_divide.Tensor, aten.true_divide.Scalar)
-register_elementwise(maximum, aten.maximum.default, aten.max.other)
-register_elementwise(minimum, aten.minimum.default, aten.min.other)
-register_elementwise(fmax, aten.fmax.default)
-register_elementwise(fmin, aten.fmin.default)
-atan2 = lower(aten.atan2.default)(elementwise_rule(lambda ctx, a, b: stablehlo.atan2(a, b)))
+lower(aten.mul.Tensor, aten.mul.Scalar)(elementwise_op(stablehlo.multiply))
+lower(aten.div.Tensor, aten.div.Scalar, aten.true_divide.Tensor,
+      aten.true_divide.Scalar)(elementwise_op(stablehlo.divide))
+lower(aten.maximum.default, aten.max.other)(elementwise_op(maximum))
+lower(aten.minimum.default, aten.min.other)(elementwise_op(minimum))
+lower(aten.fmax.default)(elementwise_op(fmax))
+lower(aten.fmin.default)(elementwise_op(fmin))
+atan2 = lower(aten.atan2.default)(elementwise_op(stablehlo.atan2))
 lower(aten.atan2.out)(lambda ctx, x, y, *, out=None: atan2(ctx, x, y))  # ``out`` only says where to write
-register_elementwise(stablehlo.remainder, aten.fmod.Tensor, aten.fmod.Scalar)
-register_elementwise(lambda x: stablehlo.multiply(x, x), aten.square.default)
+lower(aten.fmod.Tensor, aten.fmod.Scalar)(elementwise_op(stablehlo.remainder))
+lower(aten.square.default)(elementwise_op(lambda x: stablehlo.multiply(x, x)))
 
 
-@elementwise_formula(aten.hypot.default)
+@lower(aten.hypot.default)
+@elementwise
 def hypot(ctx, a, b):
     return stablehlo.sqrt(stablehlo.add(stablehlo.multiply(a, a), stablehlo.multiply(b, b)))
 
@@ -73,10 +75,10 @@ def rsub(ctx, x, y, alpha=1):
        aten.float_power.Tensor_Scalar, aten.float_power.Tensor_Tensor, aten.float_power.Scalar)
 def pow_(ctx, base, exponent):
     if isinstance(exponent, (int, float)) and exponent == 2:
-        return elementwise_rule(lambda ctx, x: stablehlo.multiply(x, x))(ctx, base)
+        return elementwise(lambda ctx, x: stablehlo.multiply(x, x))(ctx, base)
     if isinstance(exponent, (int, float)) and exponent == 3:  # (x * x) * x, as torch's CPU kernel (GELU-tanh)
-        return elementwise_rule(lambda ctx, x: stablehlo.multiply(stablehlo.multiply(x, x), x))(ctx, base)
-    return elementwise_rule(lambda ctx, x, y: stablehlo.power(x, y))(ctx, base, exponent)
+        return elementwise(lambda ctx, x: stablehlo.multiply(stablehlo.multiply(x, x), x))(ctx, base)
+    return elementwise(lambda ctx, x, y: stablehlo.power(x, y))(ctx, base, exponent)
 
 
 def _trunc(x):
@@ -99,7 +101,8 @@ def floor_divide(ctx, x, y):
     return div_mode(ctx, x, y, rounding_mode="floor")
 
 
-@elementwise_formula(aten.remainder.Tensor, aten.remainder.Scalar, aten.remainder.Scalar_Tensor)
+@lower(aten.remainder.Tensor, aten.remainder.Scalar, aten.remainder.Scalar_Tensor)
+@elementwise
 def remainder(ctx, a, b):
     """Python's modulo: the result takes the divisor's sign."""
     mod = stablehlo.remainder(a, b)
@@ -126,7 +129,8 @@ def clamp_max(ctx, x, max):
     return clamp(ctx, x, max=max)
 
 
-@elementwise_formula(aten.lerp.Scalar, aten.lerp.Tensor)
+@lower(aten.lerp.Scalar, aten.lerp.Tensor)
+@elementwise
 def lerp(ctx, start, end, weight):
     """torch's two-sided form, exact at both ends."""
     diff = stablehlo.subtract(end, start)
@@ -155,7 +159,7 @@ for _op, _targets in {
     _float_only(_trunc): [aten.trunc.default, aten.fix.default],
     _float_only(lambda x: stablehlo.subtract(x, _trunc(x))): [aten.frac.default],
 }.items():
-    register_elementwise(_op, *_targets)
+    lower(*_targets)(elementwise_op(_op))
 
 
 @lower(aten.sign.default, aten.sgn.default)
@@ -163,22 +167,26 @@ def sign(ctx, x):
     return x if ctx.out_dtype == torch.bool else stablehlo.sign(x)
 
 
-@elementwise_formula(aten.reciprocal.default)
+@lower(aten.reciprocal.default)
+@elementwise
 def reciprocal(ctx, x):
     return stablehlo.divide(scalar(ctx, 1, x), x)
 
 
-@elementwise_formula(aten.exp2.default)
+@lower(aten.exp2.default)
+@elementwise
 def exp2(ctx, x):
     return stablehlo.power(scalar(ctx, 2, x), x)
 
 
-@elementwise_formula(aten.log2.default)
+@lower(aten.log2.default)
+@elementwise
 def log2(ctx, x):
     return stablehlo.divide(stablehlo.log(x), scalar(ctx, math.log(2), x))
 
 
-@elementwise_formula(aten.log10.default)
+@lower(aten.log10.default)
+@elementwise
 def log10(ctx, x):
     return stablehlo.divide(stablehlo.log(x), scalar(ctx, math.log(10), x))
 
@@ -207,14 +215,17 @@ for _direction, _ops in {"EQ": aten.eq, "NE": aten.ne, "LT": aten.lt, "LE": aten
     lower(_ops.Tensor, _ops.Scalar)(_compare(_direction))
 
 
-register_elementwise(stablehlo.and_, aten.logical_and.default, operand_dtype=torch.bool)
-register_elementwise(stablehlo.or_, aten.logical_or.default, operand_dtype=torch.bool)
-register_elementwise(stablehlo.xor, aten.logical_xor.default, operand_dtype=torch.bool)
-register_elementwise(stablehlo.not_, aten.logical_not.default, operand_dtype=torch.bool)
-register_elementwise(stablehlo.and_, aten.bitwise_and.Tensor, aten.bitwise_and.Scalar, aten.__and__.Tensor, aten.__and__.Scalar)
-register_elementwise(stablehlo.or_, aten.bitwise_or.Tensor, aten.bitwise_or.Scalar, aten.__or__.Tensor, aten.__or__.Scalar)
-register_elementwise(stablehlo.xor, aten.bitwise_xor.Tensor, aten.bitwise_xor.Scalar, aten.__xor__.Tensor, aten.__xor__.Scalar)
-register_elementwise(stablehlo.not_, aten.bitwise_not.default)
+lower(aten.logical_and.default)(elementwise_op(stablehlo.and_, torch.bool))
+lower(aten.logical_or.default)(elementwise_op(stablehlo.or_, torch.bool))
+lower(aten.logical_xor.default)(elementwise_op(stablehlo.xor, torch.bool))
+lower(aten.logical_not.default)(elementwise_op(stablehlo.not_, torch.bool))
+lower(aten.bitwise_and.Tensor, aten.bitwise_and.Scalar, aten.__and__.Tensor,
+      aten.__and__.Scalar)(elementwise_op(stablehlo.and_))
+lower(aten.bitwise_or.Tensor, aten.bitwise_or.Scalar, aten.__or__.Tensor,
+      aten.__or__.Scalar)(elementwise_op(stablehlo.or_))
+lower(aten.bitwise_xor.Tensor, aten.bitwise_xor.Scalar, aten.__xor__.Tensor,
+      aten.__xor__.Scalar)(elementwise_op(stablehlo.xor))
+lower(aten.bitwise_not.default)(elementwise_op(stablehlo.not_))
 
 
 def _float_class(test, otherwise: bool):
@@ -243,12 +254,16 @@ def where(ctx, condition, x, y):
 
 # -- shifts: StableHLO's shifts already give torch's results for shifts < 0 or >= the bit width ----------
 
-register_elementwise(stablehlo.shift_left, aten.bitwise_left_shift.Tensor, aten.bitwise_left_shift.Tensor_Scalar,
-                     aten.bitwise_left_shift.Scalar_Tensor, aten.__lshift__.Tensor, aten.__lshift__.Scalar)
-register_elementwise(lambda a, b: (stablehlo.shift_right_logical if is_unsigned(dtype_of(a)) else
-                                   stablehlo.shift_right_arithmetic)(a, b),
-                     aten.bitwise_right_shift.Tensor, aten.bitwise_right_shift.Tensor_Scalar,
-                     aten.bitwise_right_shift.Scalar_Tensor, aten.__rshift__.Tensor, aten.__rshift__.Scalar)
+lower(aten.bitwise_left_shift.Tensor, aten.bitwise_left_shift.Tensor_Scalar, aten.bitwise_left_shift.Scalar_Tensor,
+      aten.__lshift__.Tensor, aten.__lshift__.Scalar)(elementwise_op(stablehlo.shift_left))
+
+
+@lower(aten.bitwise_right_shift.Tensor, aten.bitwise_right_shift.Tensor_Scalar, aten.bitwise_right_shift.Scalar_Tensor,
+       aten.__rshift__.Tensor, aten.__rshift__.Scalar)
+@elementwise
+def shift_right(ctx, a, b):
+    """Logical for unsigned integers, arithmetic for signed ones."""
+    return (stablehlo.shift_right_logical if is_unsigned(dtype_of(a)) else stablehlo.shift_right_arithmetic)(a, b)
 
 
 # -- sign bits -------------------------------------------------------------------------------------------
@@ -258,13 +273,15 @@ def signbit(ctx, x):
     return signbit_values(ctx, x)
 
 
-@elementwise_formula(aten.copysign.Tensor, aten.copysign.Scalar)
+@lower(aten.copysign.Tensor, aten.copysign.Scalar)
+@elementwise
 def copysign(ctx, a, b):
     magnitude = stablehlo.abs(a)
     return stablehlo.select(signbit_values(ctx, b), stablehlo.negate(magnitude), magnitude)
 
 
-@elementwise_formula(aten.angle.default)
+@lower(aten.angle.default)
+@elementwise
 def angle(ctx, x):
     """Of a real tensor: pi where negative, 0 elsewhere, NaN where NaN."""
     half_turn = stablehlo.select(compare(x, scalar(ctx, 0, x), "LT"), scalar(ctx, math.pi, x), scalar(ctx, 0, x))
@@ -289,10 +306,11 @@ def gcd_values(ctx, a, b):
     return while_loop([stablehlo.abs(a), stablehlo.abs(b)], any_left, step)[0]
 
 
-elementwise_formula(aten.gcd.default)(gcd_values)
+lower(aten.gcd.default)(elementwise(gcd_values))
 
 
-@elementwise_formula(aten.lcm.default)
+@lower(aten.lcm.default)
+@elementwise
 def lcm(ctx, a, b):
     """|a / gcd * b|, 0 where the gcd is 0."""
     gcd = gcd_values(ctx, a, b)
@@ -324,7 +342,7 @@ def nextafter(ctx, x, y):
                                   stablehlo.select(compare(a, zero, "EQ"), from_zero, step))
         return stablehlo.select(stablehlo.or_(is_nan(a), is_nan(b)), stablehlo.add(a, b), result)
 
-    return elementwise_rule(formula, ctx.out_dtype)(ctx, x, y)
+    return elementwise(formula, ctx.out_dtype)(ctx, x, y)
 
 
 _FLOAT_LAYOUT = {torch.float32: (23, 127), torch.float64: (52, 1023)}

@@ -19,8 +19,9 @@ import math
 import torch
 from jaxlib.mlir.dialects import stablehlo
 
-from ..emit.elementwise import compare, elementwise_formula, scalar
+from ..emit.elementwise import compare, elementwise, scalar
 from ..promotion import convert
+from ..registry import lower
 
 aten = torch.ops.aten
 _F64 = torch.float64
@@ -240,10 +241,10 @@ def _airy(ctx, x_in):
 
 for _n, _j, _y in ((0, aten.special_bessel_j0, aten.special_bessel_y0), (1, aten.special_bessel_j1,
                                                                            aten.special_bessel_y1)):
-    elementwise_formula(_j.default)(lambda ctx, x, n=_n: _jy(ctx, x, n, "j").value)
-    elementwise_formula(_y.default)(lambda ctx, x, n=_n: _jy(ctx, x, n, "y").value)
+    lower(_j.default)(elementwise(lambda ctx, x, n=_n: _jy(ctx, x, n, "j").value))
+    lower(_y.default)(elementwise(lambda ctx, x, n=_n: _jy(ctx, x, n, "y").value))
 for _n, _plain, _scaled in ((0, aten.special_modified_bessel_k0, aten.special_scaled_modified_bessel_k0),
                             (1, aten.special_modified_bessel_k1, aten.special_scaled_modified_bessel_k1)):
-    elementwise_formula(_plain.default)(lambda ctx, x, n=_n: _k(ctx, x, n, False).value)
-    elementwise_formula(_scaled.default)(lambda ctx, x, n=_n: _k(ctx, x, n, True).value)
-elementwise_formula(aten.special_airy_ai.default)(lambda ctx, x: _airy(ctx, x).value)
+    lower(_plain.default)(elementwise(lambda ctx, x, n=_n: _k(ctx, x, n, False).value))
+    lower(_scaled.default)(elementwise(lambda ctx, x, n=_n: _k(ctx, x, n, True).value))
+lower(aten.special_airy_ai.default)(elementwise(lambda ctx, x: _airy(ctx, x).value))

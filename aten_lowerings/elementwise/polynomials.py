@@ -14,7 +14,7 @@ from jaxlib.mlir.dialects import chlo, stablehlo
 
 from ..emit.elementwise import compare, elementwise_operands, scalar
 from ..emit.loops import while_loop
-from ..emit.reductions import reduce
+from ..emit.reduce import reduce
 from ..registry import lower
 from ..values import static_shape
 
@@ -22,21 +22,21 @@ aten = torch.ops.aten
 add, sub, mul, div, select = stablehlo.add, stablehlo.subtract, stablehlo.multiply, stablehlo.divide, stablehlo.select
 
 
-def _polynomial(*names):
-    """Register ``evaluate(ctx, x, n)`` for every overload of the ops ``names``: x and n promoted to the
-    output's float dtype and broadcast, n truncated."""
+def _overloads(name: str):
+    """The overloads of ``aten.<name>``: tensor x and n, scalar x, scalar n."""
+    packet = getattr(aten, name)
+    return packet.default, packet.x_scalar, packet.n_scalar
 
-    def register(evaluate):
-        for name in names:
-            packet = getattr(aten, name)
 
-            @lower(packet.default, packet.x_scalar, packet.n_scalar)
-            def rule(ctx, x, n):
-                x, n = elementwise_operands(ctx, x, n, dtype=ctx.out_dtype)
-                return evaluate(ctx, x, _degree(ctx, n))
-        return evaluate
+def _polynomial(evaluate):
+    """The rule computing ``evaluate(ctx, x, n)``: x and n promoted to the output's float dtype and broadcast, n
+    truncated."""
 
-    return register
+    def rule(ctx, x, n):
+        x, n = elementwise_operands(ctx, x, n, dtype=ctx.out_dtype)
+        return evaluate(ctx, x, _degree(ctx, n))
+
+    return rule
 
 
 def _degree(ctx, n):
@@ -123,8 +123,8 @@ def _chebyshev(kind: str, shifted: bool):
 
 
 for _kind in _KINDS:
-    _polynomial(f"special_chebyshev_polynomial_{_kind}")(_chebyshev(_kind, shifted=False))
-    _polynomial(f"special_shifted_chebyshev_polynomial_{_kind}")(_chebyshev(_kind, shifted=True))
+    lower(*_overloads(f"special_chebyshev_polynomial_{_kind}"))(_polynomial(_chebyshev(_kind, shifted=False)))
+    lower(*_overloads(f"special_shifted_chebyshev_polynomial_{_kind}"))(_polynomial(_chebyshev(_kind, shifted=True)))
 
 
 # -- Hermite, Laguerre, Legendre ----------------------------------------------------------------------------
@@ -150,11 +150,12 @@ def _hermite(physicists: bool):
     return evaluate
 
 
-_polynomial("special_hermite_polynomial_h")(_hermite(physicists=True))
-_polynomial("special_hermite_polynomial_he")(_hermite(physicists=False))
+lower(*_overloads("special_hermite_polynomial_h"))(_polynomial(_hermite(physicists=True)))
+lower(*_overloads("special_hermite_polynomial_he"))(_polynomial(_hermite(physicists=False)))
 
 
-@_polynomial("special_laguerre_polynomial_l")
+@lower(*_overloads("special_laguerre_polynomial_l"))
+@_polynomial
 def laguerre(ctx, x, n):
     """(j + 1) L_{j+1} = (2j + 1 - x) L_j - j L_{j-1}; 1 at x = 0."""
     c = lambda number: scalar(ctx, number, x)
@@ -169,7 +170,8 @@ def laguerre(ctx, x, n):
                   (compare(n, c(0), "LT"), c(0)))
 
 
-@_polynomial("special_legendre_polynomial_p")
+@lower(*_overloads("special_legendre_polynomial_p"))
+@_polynomial
 def legendre(ctx, x, n):
     """(j + 1) P_{j+1} = (2j + 1) x P_j - j P_{j-1}; 1 at x = 1, (-1)^n at x = -1."""
     c = lambda number: scalar(ctx, number, x)

@@ -15,23 +15,18 @@ import torch
 from jaxlib.mlir.dialects import chlo, stablehlo
 
 from ..constants import full_like
-from ..emit.elementwise import compare, elementwise_formula, elementwise_rule, scalar, signbit_values
+from ..emit.elementwise import compare, elementwise, scalar, signbit_values
 from ..emit.jax_functions import call_jax
 from ..emit.loops import while_loop
-from ..emit.reductions import reduce
+from ..emit.reduce import reduce
 from ..registry import lower
 
 aten = torch.ops.aten
 
 
-def _from_jax(jax_function, *targets):
-    """Register ``jax_function`` (elementwise, operands broadcast to the output) for ``targets``."""
-
-    @elementwise_formula(*targets)
-    def rule(ctx, *values):
-        return call_jax(ctx, jax_function, values, [ctx.out_shape] * len(values))[0]
-
-    return rule
+def _jax_elementwise(jax_function):
+    """The rule running ``jax_function`` (elementwise) on the operands broadcast to the output."""
+    return elementwise(lambda ctx, *values: call_jax(ctx, jax_function, values, [ctx.out_shape] * len(values))[0])
 
 
 for _function, _targets in {
@@ -45,7 +40,7 @@ for _function, _targets in {
     jsp.log_ndtr: [aten.special_log_ndtr.default],
     jsp.erfcx: [aten.special_erfcx.default],
 }.items():
-    _from_jax(_function, *_targets)
+    lower(*_targets)(_jax_elementwise(_function))
 
 
 # -- polygamma and Hurwitz zeta, computed as torch's CPU kernels do ------------------------------------------
@@ -59,10 +54,9 @@ _EULER_MACLAURIN = [math.factorial(2 * k) / float(sympy.bernoulli(2 * k)) for k 
 
 @lower(aten.polygamma.default, aten.special_polygamma.default)
 def polygamma(ctx, n: int, x):
-    return elementwise_rule(lambda ctx, x: _polygamma(ctx, n, x))(ctx, x)
+    return elementwise(lambda ctx, x: _polygamma(ctx, n, x))(ctx, x)
 
 
-@elementwise_formula(aten.digamma.default, aten.special_digamma.default, aten.special_psi.default)
 def digamma(ctx, x):
     """CHLO's digamma, with torch's values at the poles: -inf at +0, +inf at -0, NaN at negative integers."""
     zero = scalar(ctx, 0.0, x)
@@ -70,6 +64,9 @@ def digamma(ctx, x):
     result = stablehlo.select(compare(x, zero, "EQ"), at_zero, chlo.digamma(x))
     negative_integer = stablehlo.and_(compare(x, zero, "LT"), compare(stablehlo.floor(x), x, "EQ"))
     return stablehlo.select(negative_integer, scalar(ctx, float("nan"), x), result)
+
+
+lower(aten.digamma.default, aten.special_digamma.default, aten.special_psi.default)(elementwise(digamma))
 
 
 def _polygamma(ctx, n: int, x):
@@ -155,12 +152,14 @@ def _zeta_domain(ctx, s, q, result):
     return stablehlo.select(compare(s, c(1.0), "EQ"), c(float("inf")), result)
 
 
-@elementwise_formula(aten.special_zeta.default, aten.special_zeta.self_scalar, aten.special_zeta.other_scalar)
+@lower(aten.special_zeta.default, aten.special_zeta.self_scalar, aten.special_zeta.other_scalar)
+@elementwise
 def zeta(ctx, s, q):
     return hurwitz_zeta(ctx, s, q)
 
 
-@elementwise_formula(aten.special_spherical_bessel_j0.default)
+@lower(aten.special_spherical_bessel_j0.default)
+@elementwise
 def spherical_bessel_j0(ctx, x):
     """sin(x)/x; near 0 its Taylor series (the quotient loses digits there)."""
     square = stablehlo.multiply(x, x)

@@ -1,6 +1,6 @@
-"""Elementwise building blocks: operands promoted and broadcast to a shape, rules from formulas (computed in the
-output's compute dtype, rounded once), compares, number splats, Python's floor division, a float's bits and sign
-bit."""
+"""Elementwise building blocks: operands promoted and broadcast to a shape, rules made from formulas (computed in
+the output's compute dtype, rounded once; rule modules register them with ``lower``), compares, number splats,
+Python's floor division, a float's bits and sign bit."""
 from __future__ import annotations
 
 import torch
@@ -11,7 +11,6 @@ from ..constants import full_like
 from ..context import LoweringContext
 from ..mlir_types import is_unsigned
 from ..promotion import compute_dtype, convert, promoted_dtype
-from ..registry import lower
 from ..shapes import broadcast_to
 from ..values import dtype_of, with_dtype
 
@@ -45,8 +44,8 @@ def scalar(ctx, number, like):
     return full_like(ctx, ctx.out_shape, number, dtype_of(like))
 
 
-def elementwise_rule(formula, operand_dtype=None):
-    """Rule applying ``formula(ctx, *values)`` to the operands promoted to ``operand_dtype`` (default: the
+def elementwise(formula, operand_dtype=None):
+    """The rule applying ``formula(ctx, *values)`` to the operands promoted to ``operand_dtype`` (default: the
     output's compute dtype) and broadcast to the output; the result is converted to the output dtype."""
 
     def rule(ctx, *operands):
@@ -56,18 +55,9 @@ def elementwise_rule(formula, operand_dtype=None):
     return rule
 
 
-def register_elementwise(op, *targets, operand_dtype=None):
-    lower(*targets)(elementwise_rule(lambda ctx, *values: op(*values), operand_dtype))
-
-
-def elementwise_formula(*targets):
-    """Register ``formula(ctx, *values)`` as an elementwise rule (see ``elementwise_rule``)."""
-
-    def register(formula):
-        lower(*targets)(elementwise_rule(formula))
-        return formula
-
-    return register
+def elementwise_op(op, operand_dtype=None):
+    """``elementwise`` of a function of the values alone, such as a StableHLO op."""
+    return elementwise(lambda ctx, *values: op(*values), operand_dtype)
 
 
 def sign_differs(ctx, remainder, divisor):

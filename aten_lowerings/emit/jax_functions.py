@@ -26,7 +26,7 @@ from jaxlib.mlir.dialects import func
 from torch_stablehlo.stablehlo_ir.functions import move_functions
 
 from ..values import dtype_of, enclosing_module, value_type
-from .platforms import per_platform
+from .platform_case import per_platform
 
 
 def call_jax(ctx, function: Callable, operands: Sequence[ir.Value], sizes: Sequence[Sequence] | None = None,
@@ -37,7 +37,7 @@ def call_jax(ctx, function: Callable, operands: Sequence[ir.Value], sizes: Seque
     dim of that size. ``name`` (default: the function's) names the private function. JAX lowers it for
     ``platform``, else for each platform the code runs on (``ctx.platforms``; none: JAX's default backend):
     where those lowerings differ, each platform's is called in its branch of a ``stablehlo.case``
-    (``emit.platforms``)."""
+    (``emit.platform_case``)."""
     symbols: dict = {}
     specs = tuple(_spec(value, None if sizes is None else sizes[i], symbols) for i, value in enumerate(operands))
     static = tuple(sorted((key, _dims_as_variables(value, symbols)) for key, value in static.items()))

@@ -12,9 +12,8 @@ The branches read a KV cache just written in place as it is after the write, in 
 (``_as_stored``, ``_prefix``): read before the write with the written rows apart, or through a reshape, XLA's
 copy insertion copies the whole cache two or three times a step inside a generate loop's ``while``.
 
-In ``bench/decode_speed.py`` (a cache of 1024, 8 + 64 tokens) every step reads the bucket of 128 keys; runs
-alternated with and without it (2 threads): ``export_generate`` 9.1-9.4 -> 7.8-8.2 ms/token, the per-token
-recipe's executable 9.5-9.8 -> 8.1-8.7 ms.
+Why: a decode step reads its whole cache otherwise, most of it empty; reading only the live bucket makes the
+steps of ``bench/decode_speed.py`` faster (README, "Speed and scale", has the figures).
 """
 from __future__ import annotations
 
@@ -29,7 +28,7 @@ from ..mlir_types import DYNAMIC
 from ..promotion import convert
 from ..values import dtype_of, producer, rank, static_shape, value_type
 from .elementwise import compare
-from .reductions import reduce
+from .reduce import reduce
 
 SHORTEST = 128
 """The shortest bucket: keys are read at least this many at a time."""

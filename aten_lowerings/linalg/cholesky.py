@@ -6,7 +6,7 @@ from jaxlib.mlir.dialects import stablehlo
 
 from ..constants import full_like
 from ..emit.elementwise import compare
-from ..emit.reductions import reduce
+from ..emit.reduce import reduce
 from ..promotion import compute_dtype, convert
 from ..registry import lower
 from ..shapes import iota

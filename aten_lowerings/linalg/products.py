@@ -10,7 +10,7 @@ from jaxlib.mlir.dialects import stablehlo
 from ..constants import constant, full_like
 from ..emit.contraction import contract, dot_general
 from ..emit.elementwise import compare, elementwise_operands
-from ..emit.reductions import reduce
+from ..emit.reduce import reduce
 from ..mlir_types import DYNAMIC, mlir_shape
 from ..promotion import compute_dtype, convert
 from ..registry import lower

@@ -20,12 +20,12 @@ from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
 from ..constants import full_like
-from ..emit.composites import composite
+from ..emit.composite import composite
 from ..emit.contraction import contract, written_rows
 from ..emit.elementwise import compare
 from ..emit.live_prefix import as_written, bucket_lengths, over_live_prefix
 from ..emit.random_bits import dropout_values
-from ..emit.reductions import reduce
+from ..emit.reduce import reduce
 from ..mlir_types import DYNAMIC, mlir_shape, tensor_type
 from ..promotion import compute_dtype, convert
 from ..registry import lower

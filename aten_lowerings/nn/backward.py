@@ -17,7 +17,7 @@ from ..constants import array_constant, constant, full_like
 from ..emit.contraction import bin_matrix, contract, convolve, flipped_kernel, per_dim
 from ..emit.elementwise import as_tensor, compare
 from ..emit.index_plans import IndexPlan, along_dim_plan, scatter_plan
-from ..emit.reductions import reduce
+from ..emit.reduce import reduce
 from ..mlir_types import element_type, mlir_shape
 from ..promotion import compute_dtype, convert
 from ..registry import lower

@@ -17,7 +17,7 @@ from ..emit.contraction import bin_matrix, contract, convolve, flipped_kernel, p
 from ..emit.elementwise import compare
 from ..emit.extremes import is_nan, lowest
 from ..emit.index_plans import along_dim_plan, gather_plan
-from ..emit.reductions import arg_picker, reduce_region
+from ..emit.reduce import arg_picker, reduce_region
 from ..emit.slicing import slice_dim
 from ..mlir_types import DYNAMIC, element_type, mlir_shape, tensor_type
 from ..promotion import compute_dtype, convert
@@ -191,7 +191,7 @@ for _n, _op in ((1, aten.max_pool1d), (2, aten.max_pool2d), (3, aten.max_pool3d)
 
 def _first_max(acc, new):
     """The larger value (NaN counts as largest) and its index; ties go to the smaller index, as torch's scan.
-    ``emit.reductions.arg_picker("GT", dtype)``'s rule, with its tests in another order (the NaN tests first, for
+    ``emit.reduce.arg_picker("GT", dtype)``'s rule, with its tests in another order (the NaN tests first, for
     every dtype)."""
     (a, a_index), (b, b_index) = acc, new
     a_nan, b_nan = is_nan(a), is_nan(b)

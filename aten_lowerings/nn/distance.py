@@ -18,7 +18,7 @@ from ..emit.contraction import contract
 from ..emit.elementwise import as_tensor, compare
 from ..emit.extremes import maximum, minimum
 from ..emit.index_plans import IndexPlan, gather_plan, index_plan, scatter_plan
-from ..emit.reductions import p_norm, reduce
+from ..emit.reduce import p_norm, reduce
 from ..emit.slicing import slice_dim
 from ..promotion import compute_dtype, convert
 from ..registry import lower

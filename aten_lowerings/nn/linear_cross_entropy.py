@@ -16,7 +16,7 @@ from ..constants import full_like
 from ..emit.contraction import contract
 from ..emit.elementwise import compare
 from ..emit.index_plans import along_dim_plan, gather_plan
-from ..emit.reductions import reduce
+from ..emit.reduce import reduce
 from ..mlir_types import mlir_shape
 from ..promotion import convert
 from ..registry import lower

@@ -13,7 +13,7 @@ import torch
 from jaxlib.mlir.dialects import stablehlo
 
 from ..constants import constant, full_like
-from ..emit.reductions import reduce
+from ..emit.reduce import reduce
 from ..mlir_types import DYNAMIC
 from ..promotion import compute_dtype, convert, round_to
 from ..registry import lower

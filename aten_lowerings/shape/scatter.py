@@ -17,7 +17,7 @@ from ..constants import full_like
 from ..emit.elementwise import compare
 from ..emit.extremes import maximum, minimum
 from ..emit.index_plans import IndexPlan, along_dim_plan, gather_plan, index_plan, scatter_plan
-from ..emit.reductions import reduce
+from ..emit.reduce import reduce
 from ..emit.slicing import strided_slice
 from ..promotion import convert
 from ..registry import lower

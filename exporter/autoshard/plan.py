@@ -12,7 +12,7 @@ from torch.export import ExportedProgram
 
 from torch_stablehlo.exported_program import copied_graph_module
 from torch_stablehlo.runtime.device_costs import device_costs
-from torch_stablehlo.stablehlo_ir.sharding import Spec
+from torch_stablehlo.stablehlo_ir.shardy import Spec
 
 from ..conversion.sharding import check_mesh
 from ..conversion.signature import Signature

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import torch
 
 from torch_stablehlo.runtime.device_costs import DeviceCosts
-from torch_stablehlo.stablehlo_ir.sharding import Spec
+from torch_stablehlo.stablehlo_ir.shardy import Spec
 
 from .op_dims import OpDims, op_dims, shape_of
 

@@ -1,4 +1,4 @@
-"""Each region a user marked as a composite (``exporter.composite``; ``aten_lowerings.composites``) outlined into
+"""Each region a user marked as a composite (``exporter.composite``; ``aten_lowerings.composite_marks``) outlined into
 one ``COMPOSITE_CALL`` node over a nested graph, which lowers to ``stablehlo.composite``.
 
 A call's region is the nodes between its input marks and its output marks: those that depend on an input mark

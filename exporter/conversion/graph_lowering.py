@@ -8,7 +8,7 @@ new values of the state the graph writes in place, then the true sizes of their 
 Each state argument is donated to its new value (``tf.aliasing_output``, as ``jax.jit(donate_argnums=...)``
 emits it), so XLA updates it in place. Non-tensor placeholders are folded in as the Python values torch.export
 specialised them to. A node whose rule differs between the platforms (a user's lowering for some) lowers as a
-``stablehlo.case`` on the platform index, each platform's rule in its branch (``aten_lowerings.emit.platforms``).
+``stablehlo.case`` on the platform index, each platform's rule in its branch (``aten_lowerings.emit.platform_case``).
 """
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ from torch_stablehlo.aten_lowerings import (LoweringContext, PaddedDims, is_padd
 from torch_stablehlo.exported_program import STATE, returned_placeholders
 from torch_stablehlo.stablehlo_ir.refine import ShapeRefinementError, refine_shapes
 from torch_stablehlo.stablehlo_ir.platforms import platform_index_attributes
-from torch_stablehlo.stablehlo_ir.sharding import argument_attributes, declare_mesh, replicated_results
+from torch_stablehlo.stablehlo_ir.shardy import argument_attributes, declare_mesh, replicated_results
 from torch_stablehlo.stablehlo_ir.unused import erase_unused
 
 from ..errors import LoweringError
@@ -82,7 +82,7 @@ class GraphLowering:
                 function = func.FuncOp(function_name, (arg_types, []))
                 function.attributes["sym_visibility"] = ir.StringAttr.get("public")
                 block = function.add_entry_block(arg_locs=[ir.Location.name(slot.tensor.name) for slot in slots])
-            if self.signature.mesh:  # SPMD: the mesh, and each argument's sharding (see stablehlo_ir.sharding)
+            if self.signature.mesh:  # SPMD: the mesh, and each argument's sharding (see stablehlo_ir.shardy)
                 declare_mesh(module, self.signature.mesh)
                 function.arg_attrs = argument_attributes(self.signature.main_shardings)
             argument_of = {}

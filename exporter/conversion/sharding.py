@@ -15,7 +15,7 @@ import torch
 from torch.distributed.tensor.parallel import ColwiseParallel, ParallelStyle, RowwiseParallel
 
 from torch_stablehlo.aten_lowerings import mark_sharding, spec_of  # noqa: F401  (mark_sharding: public here)
-from torch_stablehlo.stablehlo_ir.sharding import Spec, normalize_spec, spec_text
+from torch_stablehlo.stablehlo_ir.shardy import Spec, normalize_spec, spec_text
 
 from ..errors import ShardingError
 from .signature import RNG_SEED, Signature

@@ -17,7 +17,7 @@ from torch_stablehlo.exported_program import (HELD_KINDS, INPUT_KINDS, INPUT_UPD
                                               USER_OUTPUT, WEIGHT_KINDS, input_kinds)
 from torch_stablehlo.stablehlo_ir.dtypes import PYTHON_SCALAR_DTYPES, scalar_type, uncarried
 from torch_stablehlo.stablehlo_ir.platforms import PLATFORMS
-from torch_stablehlo.stablehlo_ir.sharding import Spec, normalize_spec, num_devices, spec_text
+from torch_stablehlo.stablehlo_ir.shardy import Spec, normalize_spec, num_devices, spec_text
 from torch_stablehlo.stablehlo_ir.specs import TensorSpec, dtype_name
 
 from ..errors import DimensionError, InputError

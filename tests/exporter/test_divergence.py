@@ -12,7 +12,7 @@ from torch_stablehlo.aten_lowerings.constants import full_like
 from torch_stablehlo.aten_lowerings.registry import LOWERINGS, lowering_for
 from torch_stablehlo.exporter import export_to_stablehlo, find_divergence
 from torch_stablehlo.golden import zoo
-from torch_stablehlo.golden.quantized import pt2e_quantize
+from torch_stablehlo.golden.quantized_zoo import pt2e_quantize
 
 aten = torch.ops.aten
 THIS_FILE = Path(__file__)

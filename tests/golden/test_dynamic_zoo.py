@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from torch_stablehlo.golden import zoo
-from torch_stablehlo.golden.control_flow import STATIC_ONLY
+from torch_stablehlo.golden.control_flow_zoo import STATIC_ONLY
 from torch_stablehlo.golden.dynamic import ERROR, check_size, export_variant
 
 ROOT = Path(__file__).resolve().parents[2]

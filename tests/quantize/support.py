@@ -7,7 +7,7 @@ import warnings
 import torch
 from torch import nn
 
-from torch_stablehlo.golden.quantized import output_steps
+from torch_stablehlo.golden.quantized_zoo import output_steps
 
 QUANT_TYPE = re.compile(r"!quant\.uniform<")
 

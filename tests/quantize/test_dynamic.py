@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from torch_stablehlo.exporter import export_to_stablehlo
-from torch_stablehlo.golden.quantized import pt2e_quantize
+from torch_stablehlo.golden.quantized_zoo import pt2e_quantize
 
 from .support import linear_conv_inputs, linear_conv_model, quant_op_lines, quantizer
 

@@ -2,7 +2,7 @@
 and a size between, within one output quantization step of the pt2e-converted model run by torch.
 
 Two things made this fail: the converted model carried the input-shape guards of pt2e's static export
-(``golden/quantized.py`` now prepares the module without them), and shape refinement crashed on a quantized
+(``golden/quantized_zoo.py`` now prepares the module without them), and shape refinement crashed on a quantized
 ``dot_general`` with a dynamic dim (``stablehlo_ir.passes.prepare_for_xla`` now legalizes the quant types first and
 refines the integer module).
 """

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from torch_stablehlo.exporter import export_to_stablehlo
-from torch_stablehlo.golden.quantized import pt2e_quantize
+from torch_stablehlo.golden.quantized_zoo import pt2e_quantize
 
 from .support import (assert_real_quant_ops, assert_within_one_step, linear_conv_inputs, linear_conv_model,
                       one_step_bounds, quant_op_lines, quantizer, steps_off)

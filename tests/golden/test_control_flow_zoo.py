@@ -5,7 +5,7 @@ import torch
 from torch import nn
 
 from torch_stablehlo.exporter import export_to_stablehlo, scan_layers
-from torch_stablehlo.golden.control_flow import decoder
+from torch_stablehlo.golden.control_flow_zoo import decoder
 from torch_stablehlo.stablehlo_ir.op_counts import count_ops
 
 

@@ -16,7 +16,7 @@ import json
 import torch
 from jaxlib.mlir import ir
 
-from .emit.composites import composite
+from .emit.composite import composite
 from .mlir_types import tensor_type
 from .registry import lower
 

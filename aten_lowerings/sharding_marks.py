@@ -7,7 +7,7 @@ import json
 
 import torch
 
-from torch_stablehlo.stablehlo_ir.sharding import constrain, normalize_spec
+from torch_stablehlo.stablehlo_ir.shardy import constrain, normalize_spec
 
 from .registry import lower
 

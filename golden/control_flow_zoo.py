@@ -8,7 +8,7 @@ from torch._higher_order_ops.scan import scan
 
 from torch_stablehlo.exporter import scan_layers
 
-from .quantized import TransformerBlock
+from .quantized_zoo import TransformerBlock
 from .zoo import DYNAMIC, Built, batch_variant, example_generator, register, seeded_model
 
 VOCAB = 64
@@ -37,7 +37,8 @@ class ScanDecoder(nn.Module):
 
 
 def decoder(layers: int = 4, scanned: bool = True, batch: int = 2, length: int = 8) -> Built:
-    """The decoder with seeded weights and seeded tokens (``bench/scan_layers.py`` builds it at other depths)."""
+    """The decoder with seeded weights and seeded tokens (``bench/unrolled_vs_scanned.py`` builds it at other
+    depths)."""
     model = seeded_model(lambda: ScanDecoder(layers, scanned))
     tokens = torch.randint(0, VOCAB, (batch, length), generator=example_generator())
     return Built(model, (tokens,))

@@ -3,7 +3,7 @@
 Converts a golden zoo model and times its first call (compile + run) in a process
 with an empty cache folder, then again in a new process that finds the entry.
 
-    .venv/bin/python bench/compile_cache.py [--model gpt2_2layer]
+    .venv/bin/python bench/warm_start.py [--model gpt2_2layer]
 """
 from __future__ import annotations
 

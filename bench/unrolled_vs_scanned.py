@@ -1,8 +1,8 @@
 """Deep models, unrolled versus scanned: the StableHLO op count and the cold XLA compile time of the golden
-decoder (``golden.control_flow.decoder``) at 4 and 32 layers, its blocks run by a Python loop (which export
+decoder (``golden.control_flow_zoo.decoder``) at 4 and 32 layers, its blocks run by a Python loop (which export
 unrolls) or by ``exporter.scan_layers`` (one ``stablehlo.while``), side by side in one run.
 
-    .venv/bin/python bench/scan_layers.py [--depths 4 32] [--repeats 3]
+    .venv/bin/python bench/unrolled_vs_scanned.py [--depths 4 32] [--repeats 3]
 
 Each compile goes straight to the PJRT client (no compile cache: every one is cold); the time is the best of
 ``--repeats``. Expect the
@@ -15,7 +15,7 @@ import argparse
 import time
 
 from torch_stablehlo.exporter import export_to_stablehlo
-from torch_stablehlo.golden.control_flow import decoder
+from torch_stablehlo.golden.control_flow_zoo import decoder
 from torch_stablehlo.golden.verify import count_ops
 from torch_stablehlo.runtime import pjrt
 from torch_stablehlo.stablehlo_ir.passes import prepare_for_xla

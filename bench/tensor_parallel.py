@@ -5,7 +5,7 @@ figures are printed side by side. Virtual CPU devices share this machine's cores
 the partitioned program's overhead (collectives, smaller kernels), not a speed-up; the weight bytes per
 device are what sharding buys.
 
-    .venv/bin/python bench/sharding.py [--devices 1 2 4 8] [--repeats 10]
+    .venv/bin/python bench/tensor_parallel.py [--devices 1 2 4 8] [--repeats 10]
 """
 from __future__ import annotations
 
