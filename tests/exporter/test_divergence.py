@@ -14,6 +14,8 @@ from torch_stablehlo.exporter import export_to_stablehlo, find_divergence
 from torch_stablehlo.golden import zoo
 from torch_stablehlo.golden.quantized_zoo import pt2e_quantize
 
+from ..conftest import full_sweep
+
 aten = torch.ops.aten
 THIS_FILE = Path(__file__)
 
@@ -138,7 +140,15 @@ def test_tolerances_can_be_given(monkeypatch):
     assert find_divergence(model, (x,), rtol=1e-2) is None
 
 
-@pytest.mark.parametrize("name", list(zoo.ZOO))
+# make test's fixed sample (dense, attention, int8, control flow); --full-sweep takes the whole zoo
+CLEAN_SAMPLE = ["mlp", "gpt2_2layer", "mlp_int8", "cond_heads"]
+
+
+def pytest_generate_tests(metafunc):
+    if metafunc.function.__name__ == "test_clean_registry_finds_nothing_on_golden_models":
+        metafunc.parametrize("name", list(zoo.ZOO) if full_sweep(metafunc.config) else CLEAN_SAMPLE)
+
+
 def test_clean_registry_finds_nothing_on_golden_models(name):
     built = zoo.ZOO[name].build()
     assert find_divergence(built.model, built.args, built.kwargs) is None

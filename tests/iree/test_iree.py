@@ -1,6 +1,7 @@
 """IREE as a second consumer: the golden zoo's float models compiled by IREE for the host CPU (llvm-cpu) and run by
 its runtime, against the stored goldens (static) and eager torch (dynamic, specialised by ``iree_module``) at
-the zoo's tolerance. Each module is compiled once per session."""
+the zoo's tolerance. Each module is compiled once per session. ``make test`` takes a fixed sample of the models
+(``STATIC_SAMPLE``, ``DYNAMIC_SAMPLE``); ``--full-sweep`` every float zoo model."""
 from __future__ import annotations
 
 import functools
@@ -15,10 +16,24 @@ from torch_stablehlo.golden import dynamic, store, zoo
 from torch_stablehlo.stablehlo_ir.op_counts import count_ops
 from torch_stablehlo.tools.model_table import MODELS
 
+from ..conftest import full_sweep
+
 STATIC = ["mlp", "cnn", "gpt2_2layer", "gpt2_2layer_eager", "gpt2_12layer", "llama", "bert", "vit", "cond_heads",
           "rnn_scan", "decoder_scan_layers"]
 DYNAMIC = ["gpt2_2layer", "bert", "llama"]
 SIZES = [{"batch": 1, "length": 2}, {"batch": 3, "length": 17}]
+# make test's fixed sample, one model of each kind IREE compiles differently (dense, convolution, attention,
+# case, while); --full-sweep takes every float zoo model
+STATIC_SAMPLE = ["mlp", "cnn", "gpt2_2layer", "cond_heads", "rnn_scan"]
+DYNAMIC_SAMPLE = ["gpt2_2layer"]
+
+
+def pytest_generate_tests(metafunc):
+    full = full_sweep(metafunc.config)
+    if metafunc.function.__name__ == "test_static_model_compiles_and_matches_golden":
+        metafunc.parametrize("name", STATIC if full else STATIC_SAMPLE)
+    elif metafunc.function.__name__ == "test_dynamic_text_model_specialised_matches_eager":
+        metafunc.parametrize("name", DYNAMIC if full else DYNAMIC_SAMPLE)
 
 
 def run_in_iree(vmfb: bytes, artifact, args: tuple, kwargs: dict) -> list[torch.Tensor]:
@@ -48,9 +63,9 @@ def dynamic_case(name: str):
 
 def test_every_float_zoo_model_is_checked():
     assert sorted(STATIC) == sorted(set(zoo.names()) - set(zoo.names("quantized")))
+    assert set(STATIC_SAMPLE) <= set(STATIC) and set(DYNAMIC_SAMPLE) <= set(DYNAMIC)
 
 
-@pytest.mark.parametrize("name", STATIC)
 def test_static_model_compiles_and_matches_golden(name):
     artifact, vmfb, golden = static_case(name)
     results = run_in_iree(vmfb, artifact, golden.args, golden.kwargs)
@@ -59,7 +74,6 @@ def test_static_model_compiles_and_matches_golden(name):
 
 
 @pytest.mark.parametrize("size", SIZES, ids=lambda s: "x".join(map(str, s.values())))
-@pytest.mark.parametrize("name", DYNAMIC)
 def test_dynamic_text_model_specialised_matches_eager(name, size):
     model, artifact = dynamic_case(name)
     dims = {zoo.DynamicVariant.DIM_NAMES[k]: v for k, v in size.items()}
