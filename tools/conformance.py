@@ -18,6 +18,7 @@ import torch.utils._pytree as pytree
 from torch_stablehlo.exported_program import shape_env_of
 from torch_stablehlo.exporter import export_to_stablehlo
 from torch_stablehlo.exporter.conversion.read_only import ShapeEnvRecords
+from torch_stablehlo.exporter.tolerances import disagreement
 
 
 class ProgramChanged(AssertionError):
@@ -96,21 +97,19 @@ def check(ep: torch.export.ExportedProgram, calls: list[tuple[tuple, dict]], twi
 
 
 def assert_same(actual, expected, what: str, values: bool = True) -> None:
-    """The same pytree; tensors close (torch's default tolerances per dtype; with ``values`` False the same shape
-    and dtype only), other leaves equal. Raises OutputsDiffer."""
+    """The same pytree; tensors agreeing by the tolerance table (``exporter.tolerances``; with ``values`` False
+    the same shape and dtype only), other leaves equal. Raises OutputsDiffer."""
     actual_leaves, actual_spec = pytree.tree_flatten(actual)
     expected_leaves, expected_spec = pytree.tree_flatten(expected)
     if actual_spec != expected_spec:
         raise OutputsDiffer(f"{what}: structure {actual_spec} != {expected_spec}")
     for got, want in zip(actual_leaves, expected_leaves):
         if not isinstance(want, torch.Tensor):
-            if got != want:
-                raise OutputsDiffer(f"{what}: {got!r} != {want!r}")
+            differs = None if got == want else f"{got!r} != {want!r}"
         elif not values:
-            if (got.shape, got.dtype) != (want.shape, want.dtype):
-                raise OutputsDiffer(f"{what}: {got.dtype}{list(got.shape)} != {want.dtype}{list(want.shape)}")
+            differs = None if (got.shape, got.dtype) == (want.shape, want.dtype) else \
+                f"{got.dtype}{list(got.shape)} != {want.dtype}{list(want.shape)}"
         else:
-            try:
-                torch.testing.assert_close(got, want.detach(), equal_nan=True)
-            except AssertionError as error:
-                raise OutputsDiffer(f"{what}: {error}") from None
+            differs = disagreement(got, want)
+        if differs:
+            raise OutputsDiffer(f"{what}: {differs}")
