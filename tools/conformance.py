@@ -104,6 +104,8 @@ def assert_same(actual, expected, what: str, values: bool = True) -> None:
     if actual_spec != expected_spec:
         raise OutputsDiffer(f"{what}: structure {actual_spec} != {expected_spec}")
     for got, want in zip(actual_leaves, expected_leaves):
+        if want is None and isinstance(got, torch.Tensor) and got.numel() == 0:
+            continue  # an undefined tensor: an eager kernel's None where the program's fake is an empty tensor
         if not isinstance(want, torch.Tensor):
             differs = None if got == want else f"{got!r} != {want!r}"
         elif not values:
