@@ -36,6 +36,8 @@ import torch.export._trace
 import torch.utils._pytree as pytree
 from torch._subclasses.fake_tensor import FakeTensor
 
+from torch_stablehlo.exporter import UnsupportedOpsError
+
 from . import conformance
 
 STATUS = ("ok", "wrong", "changed", "refused", "run_error", "unmeasurable")
@@ -53,6 +55,8 @@ class Program:
 def _cause(error: BaseException) -> str:
     """An error's type and first line, numbers masked so that like causes group together."""
     line = str(error).strip().splitlines()[0] if str(error).strip() else ""
+    if isinstance(error, UnsupportedOpsError):  # the ops it names are the cause
+        line = "no lowering: " + ", ".join(sorted(error.unsupported))
     line = re.sub(r" at [^,]*, \S+\.py:\d+:", ":", line)  # where in the test file: not part of the cause
     return re.sub(r"\d+", "N", f"{type(error).__name__}: {line}")[:160]
 

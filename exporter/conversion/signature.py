@@ -527,6 +527,11 @@ def _has_serialized_name(spec: pytree.TreeSpec) -> bool:
 
 
 def _plain(value):
+    """A constant input or output as the manifest records it: a Python value (a SymInt export pinned: its
+    number), else its repr."""
+    if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+        pinned = value.node.maybe_as_int() if isinstance(value, torch.SymInt) else None
+        value = pinned if pinned is not None else value
     return value if isinstance(value, (int, float, bool, str, type(None))) else repr(value)
 
 
