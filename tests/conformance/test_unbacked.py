@@ -50,3 +50,14 @@ class KthOfItem(torch.nn.Module):
 def test_kthvalue_of_a_data_dependent_k():
     ep = torch.export.export(KthOfItem(), (torch.arange(64), torch.tensor([32])))
     conformance.check(ep, [((torch.randperm(64), torch.tensor([k])), {}) for k in (32, 5, 64)], twice=False)
+
+
+class MaskedRows(torch.nn.Module):
+    def forward(self, x, mask):
+        return x[mask] * 2, x[x > 0].shape[0]
+
+
+def test_boolean_mask_indexing_is_padded_with_its_true_size():
+    ep = torch.export.export(MaskedRows(), (torch.randn(4, 3, 2), torch.rand(4, 3) > 0.5))
+    conformance.check(ep, [((torch.randn(4, 3, 2), torch.rand(4, 3) > p), {}) for p in (0.5, 0.0, 1.0)],
+                      twice=False)
