@@ -30,10 +30,10 @@ from .emit.loops import while_loop
 from .emit.platform_case import per_platform
 from .mlir_types import tensor_type
 from .registry import LOWERINGS, USER_LOWERINGS, lower, lowering_for, op_name, scoped_user_lowerings
-from .user_ops import USER_FUNCTIONS, MutatingOpError, jax_rule, refuse_mutating
+from .user_ops import USER_FUNCTIONS, UserRule, jax_rule, lowered_target
 from .sharding_marks import mark_sharding, spec_of
 
 __all__ = ["LOWERINGS", "lower", "lowering_for", "op_name", "LoweringContext", "tensor_type", "PaddedDims",
            "is_padded", "keeps_padding", "RANDOM_OPS", "RNG_SEED_NAME", "RNG_SEED_DTYPE", "seeded_key", "uses_random",
            "mark_sharding", "spec_of", "constant", "while_loop", "USER_LOWERINGS", "scoped_user_lowerings", "jax_rule",
-           "refuse_mutating", "MutatingOpError", "COMPOSITE_CALL", "COMPOSITE_MARK", "USER_FUNCTIONS", "per_platform"]
+           "UserRule", "lowered_target", "COMPOSITE_CALL", "COMPOSITE_MARK", "USER_FUNCTIONS", "per_platform"]

@@ -21,6 +21,8 @@ from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 from torch.utils._sympy.functions import CeilDiv, FloorDiv, Max, Min, Mod, PythonMod
 
+from torch_stablehlo.size_exprs import integer_expr
+
 def I64() -> ir.IntegerType:  # noqa: N802  (reads like the type it returns)
     return ir.IntegerType.get_signless(64)
 
@@ -34,7 +36,7 @@ def size_expr(size) -> sympy.Expr:
     """An int or SymInt as a sympy expression (an integer where export pinned it)."""
     if isinstance(size, torch.SymInt):
         pinned = size.node.maybe_as_int()
-        return sympy.Integer(pinned) if pinned is not None else size.node.expr
+        return sympy.Integer(pinned) if pinned is not None else integer_expr(size.node.expr)
     return sympy.Integer(size)
 
 

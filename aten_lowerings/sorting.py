@@ -88,7 +88,13 @@ def _ranked(ctx, x, dim, position):
 
 @lower(aten.kthvalue.default)
 def kthvalue(ctx, x, k, dim=-1, keepdim=False):
-    return _ranked(ctx, x, dim, k - 1)
+    """``k`` a number, or a symbolic one (a 0-d i64 value: ``min(n.item(), 128)``), the same for every row."""
+    if not isinstance(k, ir.Value):
+        return _ranked(ctx, x, dim, k - 1)
+    _, sizes, axis = _rows(ctx, x, dim)
+    row = sizes[:axis] + [1] + sizes[axis + 1:]
+    position = stablehlo.subtract(convert(k, torch.int64), constant(1, torch.int64))
+    return _ranked(ctx, x, dim, broadcast_in_dim(ctx, position, row, []))
 
 
 def _middle(ctx, x, dim, skip_nan: bool):

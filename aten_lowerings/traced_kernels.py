@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch
 from jaxlib.mlir import ir
 from torch._export.utils import _get_decomp_for_cia
+from torch._guards import detect_fake_mode
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from .registry import lower
@@ -74,7 +75,12 @@ def _lower_traced(ctx, kernel, args, kwargs, rewrite=None):
         return kernel(*[given.get(index, a) for index, a in enumerate(args)], **kwargs)
 
     examples = [_example(ctx, index) for index in tensors]
-    graph_module = make_fx(traced)(*examples)
+    fake_mode = detect_fake_mode(examples)
+    if fake_mode is None:
+        graph_module = make_fx(traced)(*examples)
+    else:  # symbolic sizes: traced on the node's own fakes, so the graph's sizes are the program's expressions
+        with fake_mode:
+            graph_module = make_fx(traced, tracing_mode="real")(*examples)
     if rewrite is not None:
         rewrite(graph_module)
     outputs = ctx.lower_graph(graph_module, [args[index] for index in tensors])
@@ -101,9 +107,9 @@ def _divide_in_float64(graph_module: torch.fx.GraphModule) -> None:
 
 
 def _example(ctx, index: int) -> torch.Tensor:
-    """A zero tensor of argument ``index``'s static shape and dtype, to trace the kernel on."""
+    """A zero tensor of argument ``index``'s static shape and dtype to trace the kernel on; of a symbolic shape,
+    the node's own fake."""
     value = ctx.arg_meta(index)
     if not all(isinstance(size, int) for size in value.shape):
-        raise NotImplementedError(f"{ctx.node.target} on the symbolic shape {list(value.shape)}: its composite "
-                                  "kernel is traced on static shapes only")
+        return value
     return torch.zeros(value.shape, dtype=value.dtype)

@@ -33,9 +33,9 @@ def _hint(name: str) -> str:
     """What an op without a lowering needs, by its kind: a custom op or a collective needs the user's lowering."""
     namespace = name.split(".")[0].split("(")[0]
     if namespace.startswith("auto_functionalized"):
-        return ("\n    a custom op that writes its arguments (mutates_args): define it functionally (mutates_args=(), "
-                "returning the new value; write it back with x.copy_(op(x))) and register its lowering with "
-                "torch_stablehlo.exporter.lowering")
+        return ("\n    a custom op that writes its arguments (mutates_args): it needs a user lowering "
+                "(torch_stablehlo.exporter.lowering) returning the op's results, then the new value of each argument "
+                "it writes")
     if namespace in _COLLECTIVE_NAMESPACES:
         return ("\n    a collective (torch.distributed): it needs a user lowering (torch_stablehlo.exporter.lowering), "
                 "or export the single-device model and split it with mesh= and shardings=")

@@ -22,18 +22,16 @@ from typing import Callable
 
 import torch
 
-from torch_stablehlo.aten_lowerings import (COMPOSITE_MARK, USER_LOWERINGS, MutatingOpError, jax_rule,
-                                            refuse_mutating, scoped_user_lowerings)
+from torch_stablehlo.aten_lowerings import COMPOSITE_MARK, USER_LOWERINGS, jax_rule, scoped_user_lowerings
 
 from torch_stablehlo.stablehlo_ir.platforms import PLATFORMS  # a lowering is registered for one of them, or all
-
-from .errors import LoweringError
-
 
 
 def lowering(op, *, platform: str | None = None) -> Callable[[Callable], Callable]:
     """Decorator: the decorated JAX function lowers ``op`` (a ``torch.library`` op's overload, with a fake, or an
-    aten op's) in every export, on ``platform`` only if given. Returns the function unchanged."""
+    aten op's) in every export, on ``platform`` only if given. An op that writes its arguments (``mutates_args``):
+    the function returns the op's results, then the new value of each argument it writes, in the schema's order.
+    Returns the function unchanged."""
     _checked(op, platform)
 
     def register(function: Callable) -> Callable:
@@ -52,18 +50,13 @@ def scoped_lowering(op, function: Callable, *, platform: str | None = None):
 
 
 def _checked(op, platform: str | None) -> None:
-    """Raise before registering anything for an op that is not one overload, a platform JAX does not name, or
-    an op that writes its arguments."""
+    """Raise before registering anything for an op that is not one overload or a platform JAX does not name."""
     if not isinstance(op, torch._ops.OpOverload):
         hint = " (an overload packet: name one overload, e.g. .default)" if isinstance(
             op, torch._ops.OpOverloadPacket) else ""
         raise TypeError(f"lowering takes a torch op overload such as torch.ops.mylib.my_op.default, got {op!r}{hint}")
     if platform is not None and platform not in PLATFORMS:
         raise ValueError(f"platform={platform!r}: a lowering is registered for one of {PLATFORMS} or None (all)")
-    try:
-        refuse_mutating(op)
-    except MutatingOpError as error:
-        raise LoweringError(str(error)) from None
 
 
 def _callable(function) -> Callable:

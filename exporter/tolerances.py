@@ -15,3 +15,22 @@ TOLERANCES = {  # dtype -> (rtol, atol)
 }
 F32_TOLERANCE = TOLERANCES[torch.float32][0]
 """A float32 golden model's default: max |error| <= this x max |golden|, per output."""
+
+
+def disagreement(actual: torch.Tensor, expected: torch.Tensor) -> str | None:
+    """None where ``actual`` agrees with ``expected`` by the table (same shape and dtype, NaNs in the same places;
+    integers and bools exactly), else what differs."""
+    if (actual.shape, actual.dtype) != (expected.shape, expected.dtype):
+        return f"{actual.dtype}{list(actual.shape)} != {expected.dtype}{list(expected.shape)}"
+    if expected.dtype not in TOLERANCES:
+        return None if torch.equal(actual, expected) else "integers differ"
+    rtol, atol = TOLERANCES[expected.dtype]
+    wide = torch.complex128 if expected.is_complex() else torch.float64
+    actual, expected = actual.detach().to(wide), expected.detach().to(wide)
+    if not torch.equal(actual.isnan(), expected.isnan()):
+        return "NaNs in other places"
+    kept = ~expected.isnan()
+    if not kept.any():
+        return None
+    error, scale = (actual - expected)[kept].abs().max().item(), expected[kept].abs().max().item()
+    return None if error <= atol + rtol * scale else f"max |error| {error:.3g} > {atol:g} + {rtol:g} x {scale:.3g}"

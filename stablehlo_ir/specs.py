@@ -6,6 +6,8 @@ from typing import Union
 
 import torch
 
+from torch_stablehlo.size_exprs import integer_expr
+
 from .dtypes import ELEMENT_TYPES
 
 Dim = Union[int, str]  # a static size, or the name of a symbolic dim ("s0", "2*s0")
@@ -45,4 +47,4 @@ def _dim(size) -> Dim:
     if isinstance(size, int):
         return size
     pinned = size.node.maybe_as_int()
-    return pinned if pinned is not None else str(size.node.expr)
+    return pinned if pinned is not None else str(integer_expr(size.node.expr))

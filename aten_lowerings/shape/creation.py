@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 from jaxlib.mlir.dialects import stablehlo
 
-from ..constants import full_like
+from ..constants import constant, full_like
 from ..emit.elementwise import as_tensor
 from ..promotion import compute_dtype, convert
 from ..registry import lower
@@ -61,7 +61,10 @@ def arange(ctx, *bounds, **kwargs):
        aten.type_as.default, aten.clone.default, aten.alias.default, aten.detach.default, aten.contiguous.default,
        aten.lift_fresh_copy.default, aten.alias_copy.default, aten.detach_copy.default)
 def cast(ctx, x, *args, **kwargs):
-    """Values are never aliased or laid out in StableHLO: all of these are a dtype conversion at most."""
+    """Values are never aliased or laid out in StableHLO: all of these are a dtype conversion at most (of a Python
+    number, as a retraced vmap leaves ``_to_copy(1)``: its 0-d tensor)."""
+    if isinstance(x, (int, float, bool)):
+        return constant(x, ctx.out_dtype)
     return convert(x, ctx.out_dtype)
 
 

@@ -5,6 +5,8 @@ torch's advanced indexing becomes one ``gather`` (reads) or ``scatter`` (writes)
 """
 from __future__ import annotations
 
+import math
+
 import torch
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
@@ -14,6 +16,9 @@ from ..emit.elementwise import as_tensor, floor_quotient
 from ..emit.extremes import highest, lowest
 from ..emit.index_plans import (IndexPlan, along_dim_plan, contiguous_start, gather_plan, index_plan, non_negative,
                                 scatter_plan, update_slice)
+from ..emit.padded import data_dependent_result
+from ..emit.reduce import reduce
+from ..emit.sort import true_first
 from ..emit.slicing import index_value, slice_bounds, strided_slice, take, wrap_index
 from ..promotion import convert
 from ..registry import lower
@@ -37,7 +42,27 @@ def _listed(indices, metas) -> dict:
 @lower(aten.index.Tensor)
 def index(ctx, x, indices):
     x_sizes = ctx.arg_meta(0).shape
-    return gather_plan(ctx, x, x_sizes, index_plan(ctx, x_sizes, _listed(indices, _index_metas(ctx, 1))))
+    indexed = _listed(indices, _index_metas(ctx, 1))
+    if list(indexed) == [0] and indexed[0][1].dtype == torch.bool:
+        return _masked_rows(ctx, x, *indexed[0])
+    return gather_plan(ctx, x, x_sizes, index_plan(ctx, x_sizes, indexed))
+
+
+def _masked_rows(ctx, x, mask, mask_meta):
+    """``x[mask]`` for one boolean mask over x's leading dims: the selected rows in row-major order, padded to
+    one per mask element (``emit.padded``), the number selected as the true size."""
+    x_sizes, mask_sizes = list(ctx.arg_meta(0).shape), list(mask_meta.shape)
+    if not all(isinstance(s, int) for s in mask_sizes):
+        raise NotImplementedError("indexing with a boolean mask of symbolic shape (its result is padded to the "
+                                  "mask's element count, which needs static sizes)")
+    count = math.prod(mask_sizes)
+    rows = [count, *x_sizes[len(mask_sizes):]]
+    flat_mask = reshape(ctx, mask, [count])
+    order = true_first(ctx, flat_mask, count)
+    meta = torch.empty([count], dtype=torch.int64, device="meta")
+    padded = gather_plan(ctx, reshape(ctx, x, rows), rows, index_plan(ctx, rows, {0: (order, meta)}))
+    selected = reduce(ctx, convert(flat_mask, torch.int64), [0], 0, stablehlo.add)
+    return data_dependent_result(ctx, padded, selected, ctx.out_shape[0])
 
 
 def _along(ctx, x, dim, index, index_meta):

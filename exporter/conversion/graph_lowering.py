@@ -21,8 +21,8 @@ from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import func
 from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
-from torch_stablehlo.aten_lowerings import (LoweringContext, PaddedDims, is_padded, keeps_padding, lowering_for, op_name,
-                                            per_platform, seeded_key, tensor_type)
+from torch_stablehlo.aten_lowerings import (LoweringContext, PaddedDims, is_padded, keeps_padding, lowered_target,
+                                            lowering_for, op_name, per_platform, seeded_key, tensor_type)
 from torch_stablehlo.exported_program import STATE, returned_placeholders
 from torch_stablehlo.stablehlo_ir.refine import ShapeRefinementError, refine_shapes
 from torch_stablehlo.stablehlo_ir.platforms import platform_index_attributes
@@ -338,7 +338,7 @@ def unsupported_targets(graph_module: torch.fx.GraphModule, writes: dict | None 
                     missing.setdefault(target, []).extend(nodes)
         if node.op != "call_function" or node.target is operator.getitem:
             continue
-        target = writes[node].twin if node in writes else node.target
+        target = writes[node].twin if node in writes else lowered_target(node)
         if _is_size_meta(node.meta.get("val")) or lowering_for(target) is not None:
             continue
         missing.setdefault(node.target, []).append(node)

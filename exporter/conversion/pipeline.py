@@ -133,7 +133,7 @@ def _decomposed(program: ExportedProgram) -> tuple[ExportedProgram, dict]:
     decomposable = _decompositions(missing)
     mutations = unfunctionalised_mutations(program.graph_module, writes)
     _refuse_uncarried_constants(program, mutations)
-    if decomposable or mutations:
+    if decomposable or mutations or any(getattr(t, "__module__", None) in _RETRACED for t in missing):
         program = program.run_decompositions(decomposable)
         writes, missing = _checked(program)
     tried = set(decomposable)
@@ -151,6 +151,11 @@ def _decomposed(program: ExportedProgram) -> tuple[ExportedProgram, dict]:
                             "that is read again through another alias, or state torch did not functionalise; "
                             "write the whole tensor (index_copy_, copy_) instead")
     return program, writes
+
+
+_RETRACED = ("torch._functorch.predispatch",)
+"""Modules of the functions a pre-dispatch program calls that ``run_decompositions`` traces through (vmap's
+batching markers: the retraced program computes the batch directly)."""
 
 
 def _unsupported_name(target, node: torch.fx.Node) -> str:

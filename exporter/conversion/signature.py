@@ -20,7 +20,7 @@ from torch_stablehlo.stablehlo_ir.platforms import PLATFORMS
 from torch_stablehlo.stablehlo_ir.shardy import Spec, normalize_spec, num_devices, spec_text
 from torch_stablehlo.stablehlo_ir.specs import TensorSpec, dtype_name
 
-from ..errors import DimensionError, InputError
+from ..errors import DimensionError, ExportError, InputError
 from ..terminal import printable
 from . import symbolic_dims
 from .inplace import written_placeholders
@@ -412,8 +412,7 @@ def signature_of(ep: torch.export.ExportedProgram) -> Signature:
     if names:
         inputs = [dataclasses.replace(s, tensor=symbolic_dims.renamed_spec(s.tensor, names)) for s in inputs]
         outputs = [dataclasses.replace(s, tensor=symbolic_dims.renamed_spec(s.tensor, names)) for s in outputs]
-    signature = Signature(inputs, outputs, pytree.treespec_dumps(_serializable(in_spec)),
-                          pytree.treespec_dumps(_serializable(out_spec)), _dim_ranges(ep),
+    signature = Signature(inputs, outputs, _dumped(in_spec, "input"), _dumped(out_spec, "output"), _dim_ranges(ep),
                           data_dependent_sizes(n.meta.get("val") for n in output_node.args[0]
                                                if isinstance(n, torch.fx.Node)),
                           arg_names=list(call_signature.forward_arg_names or [])[:in_spec.child(0).num_children])
@@ -477,6 +476,34 @@ def _dim_ranges(ep: torch.export.ExportedProgram) -> dict[str, list]:
             for symbol, r in sorted(ep.range_constraints.items(), key=lambda item: str(item[0]))}
 
 
+def _dumped(spec: pytree.TreeSpec, what: str) -> str:
+    """The spec as text (``_serializable``); raises ExportError naming a type in it that has no pytree
+    serialization name (an ``nn.Module`` passed as an input, an unregistered dataclass)."""
+    try:
+        return pytree.treespec_dumps(_serializable(spec))
+    except NotImplementedError:
+        kind = next(t for t in _types(spec) if t is not pytree.namedtuple and not _has_serialized_name_of(t)
+                    and not (isinstance(t, type) and issubclass(t, tuple)))
+        module = " (an nn.Module: its weights are not an input; make it an attribute of the model)" \
+            if isinstance(kind, type) and issubclass(kind, torch.nn.Module) else ""
+        raise ExportError(
+            f"an {what} of the program is a {kind.__module__}.{kind.__qualname__}{module}, a type with no pytree "
+            "serialization name, so @main's calling convention cannot record it: pass its tensors (or register the "
+            "class with torch.export.register_dataclass(cls, serialized_type_name=...))") from None
+
+
+def _types(spec: pytree.TreeSpec):
+    if not spec.is_leaf():
+        yield spec.type
+        for child in spec.children():
+            yield from _types(child)
+
+
+def _has_serialized_name_of(kind) -> bool:
+    registered = pytree.SUPPORTED_SERIALIZED_TYPES.get(kind)
+    return registered is not None and registered.serialized_type_name != "NO_SERIALIZED_TYPE_NAME_FOUND"
+
+
 def _serializable(spec: pytree.TreeSpec) -> pytree.TreeSpec:
     """The spec with tuple subclasses that torch cannot serialise (``torch.return_types.max``,
     unregistered namedtuples) replaced by plain tuples, so a loaded artifact returns tuples there."""
@@ -496,11 +523,15 @@ def _has_serialized_name(spec: pytree.TreeSpec) -> bool:
             return True
         except NotImplementedError:
             return False
-    registered = pytree.SUPPORTED_SERIALIZED_TYPES.get(spec.type)
-    return registered is not None and registered.serialized_type_name != "NO_SERIALIZED_TYPE_NAME_FOUND"
+    return _has_serialized_name_of(spec.type)
 
 
 def _plain(value):
+    """A constant input or output as the manifest records it: a Python value (a SymInt export pinned: its
+    number), else its repr."""
+    if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+        pinned = value.node.maybe_as_int() if isinstance(value, torch.SymInt) else None
+        value = pinned if pinned is not None else value
     return value if isinstance(value, (int, float, bool, str, type(None))) else repr(value)
 
 

@@ -118,6 +118,13 @@ class Loop(torch.nn.Module):
         return torch._higher_order_ops.while_loop(cond, body, (torch.tensor(0), x))
 
 
+class Vmapped(torch.nn.Module):
+    """torch.vmap: the program keeps its batching markers until the converter retraces it."""
+
+    def forward(self, x, y):
+        return torch.vmap(lambda a, b: (a * b + 1).sum(dim=0))(x, y).sum(dim=0)
+
+
 batch, length = Dim("batch", min=2, max=64), Dim("length", min=2, max=64)
 CASES = [
     Case("linear_relu", LinearRelu(), (make((2, 6)), make((1, 3, 5, 5))), dynamic_shapes=({0: batch}, None),
@@ -145,4 +152,6 @@ CASES = [
          extra_args=[(make((1, 2, 9, 8)), make((1, 2, 9, 8), seed=1), make((1, 2, 9, 8), seed=2))]),
     Case("constants", Constants(), (torch.tensor([2, 0]),)),
     Case("while_loop", Loop(), (make(3),)),
+    Case("vmap", Vmapped(), (make((3, 2)), make((3, 2), seed=1)), dynamic_shapes=({0: batch}, {0: batch}),
+         extra_args=[(make((5, 2), seed=2), make((5, 2), seed=3))]),
 ]

@@ -1,6 +1,6 @@
 """The conformance runner: a torch.export program is converted and must behave as ``ep.module()`` does on its
 example inputs (and extra inputs, where a case gives them): the same outputs, the same writes to the inputs it
-mutates; and converting it twice must leave it as it was (its graph, weights, ShapeEnv and so its guards).
+mutates; and converting it twice must leave it as it was (``tools/conformance.py``, the one check).
 
 Programs come from ExportDB (``torch._export.db.examples``, shipped in the torch wheel: the programs torch.export's
 authors document) and from ``examples.py`` (our own, written after torch.export's public documentation).
@@ -8,7 +8,6 @@ authors document) and from ``examples.py`` (our own, written after torch.export'
 """
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -16,9 +15,7 @@ import torch
 from torch._export.db.case import SupportLevel
 from torch._export.db.examples import all_examples
 
-from torch_stablehlo.exporter import export_to_stablehlo
-from torch_stablehlo.exporter.conversion.read_only import ShapeEnvRecords
-from torch_stablehlo.exported_program import shape_env_of
+from torch_stablehlo.tools import conformance
 
 
 @dataclass
@@ -48,51 +45,11 @@ def exportdb_cases(supported: bool = True) -> list[Case]:
     return cases
 
 
-def _snapshot(ep: torch.export.ExportedProgram) -> tuple:
-    """What converting must not change: the graph's code, the weights' values, the ShapeEnv's records."""
-    shape_env = shape_env_of(ep)
-    weights = {k: v.detach().clone() for k, v in [*ep.state_dict.items(), *ep.constants.items()]
-               if isinstance(v, torch.Tensor)}
-    return ep.graph_module.code, weights, ShapeEnvRecords.of(shape_env) if shape_env is not None else None, \
-        dict(ep.range_constraints)
-
-
-def _same(a, b) -> bool:
-    code_a, weights_a, env_a, ranges_a = a
-    code_b, weights_b, env_b, ranges_b = b
-    return code_a == code_b and env_a == env_b and ranges_a == ranges_b and weights_a.keys() == weights_b.keys() \
-        and all(torch.equal(weights_a[k], weights_b[k]) for k in weights_a)
-
-
 def check(case: Case, twice: bool = True) -> None:
     """Raise AssertionError (or the conversion's own error) unless the case converts and matches
-    ``ep.module()``; with ``twice``, also unless two conversions leave the program unchanged."""
-    ep = case.export()
-    before = _snapshot(ep)
-    artifact = export_to_stablehlo(ep)
-    if twice:
-        export_to_stablehlo(ep)
-    assert _same(before, _snapshot(ep)), f"{case.name}: converting changed the program"
-    module, calls = ep.module(), [(case.args, case.kwargs), *[(extra, {}) for extra in case.extra_args]]
-    for args, kwargs in calls:
-        expected_inputs, actual_inputs = copy.deepcopy((args, kwargs)), copy.deepcopy((args, kwargs))
-        with torch.no_grad():
-            expected = module(*expected_inputs[0], **expected_inputs[1])
-        actual = artifact(*actual_inputs[0], **actual_inputs[1])
-        _assert_same(actual, expected, f"{case.name}: outputs differ from ep.module()")
-        _assert_same(actual_inputs, expected_inputs, f"{case.name}: the inputs it writes differ")
-
-
-def _assert_same(actual, expected, what: str) -> None:
-    """The same pytree, tensors close (torch's default tolerances per dtype), other leaves equal."""
-    actual_leaves, actual_spec = torch.utils._pytree.tree_flatten(actual)
-    expected_leaves, expected_spec = torch.utils._pytree.tree_flatten(expected)
-    assert actual_spec == expected_spec, f"{what}: structure {actual_spec} != {expected_spec}"
-    for got, want in zip(actual_leaves, expected_leaves):
-        if isinstance(want, torch.Tensor):
-            torch.testing.assert_close(got, want.detach(), equal_nan=True, msg=lambda m: f"{what}: {m}")
-        else:
-            assert got == want, f"{what}: {got!r} != {want!r}"
+    ``ep.module()`` on its example and extra inputs; with ``twice``, also unless two conversions leave the
+    program unchanged."""
+    conformance.check(case.export(), [(case.args, case.kwargs), *[(extra, {}) for extra in case.extra_args]], twice)
 
 
 def run(cases: list[Case], twice: bool = True, report: Callable[[str], None] = print) -> dict[str, str]:

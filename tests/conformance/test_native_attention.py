@@ -39,3 +39,18 @@ def test_native_multi_head_attention(need_weights, average, mask_type):
         assert expected[1] is None and actual[1].numel() == 0
         actual, expected = actual[0], expected[0]
     torch.testing.assert_close(actual, expected, atol=1e-5, rtol=1e-4)  # products in another order than torch's
+
+
+def test_native_multi_head_attention_of_a_dynamic_batch():
+    """Symbolic sizes: the ATen form is traced on the node's own fakes, so its sizes are the program's."""
+    model = NativeAttention(True, True, None).eval()
+    batch = torch.export.Dim("batch", max=64)
+    with torch.no_grad():
+        ep = torch.export.export(model, (make((2, 5, EMBED)), make((2, 5, EMBED), seed=1), None),
+                                 dynamic_shapes=({0: batch}, {0: batch}, None))
+    artifact = export_to_stablehlo(ep)
+    for size in (3, 7):
+        query, key = make((size, 5, EMBED), seed=size), make((size, 5, EMBED), seed=size + 1)
+        with torch.no_grad():
+            expected = ep.module()(query, key, None)
+        torch.testing.assert_close(artifact(query, key, None), expected, atol=1e-5, rtol=1e-4)

@@ -76,3 +76,15 @@ def test_torch_size_input():
     torch.testing.assert_close(artifact(make(6), torch.Size([2, 3])), ep.module()(make(6), torch.Size([2, 3])))
     with pytest.raises(InputError, match="specialised to 2 at export; got 3"):
         artifact(make(6), torch.Size([3, 2]))
+
+
+class AssertsItsInt(torch.nn.Module):
+    def forward(self, x, y):
+        assert x == 3  # Dim.AUTO: export specialises x to its example value
+        return x * y
+
+
+def test_an_int_input_export_specialised_takes_its_example_value():
+    ep = torch.export.export(AssertsItsInt(), (3, torch.randn(4, 4)), dynamic_shapes=(Dim.AUTO, None))
+    y = torch.randn(4, 4)
+    torch.testing.assert_close(export_to_stablehlo(ep)(3, y), ep.module()(3, y))

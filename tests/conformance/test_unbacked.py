@@ -6,6 +6,7 @@ import torch
 
 from torch_stablehlo.exporter import export_to_stablehlo
 from torch_stablehlo.exporter.errors import DimensionError, LoweringError
+from torch_stablehlo.tools import conformance
 
 
 class Bounded(torch.nn.Module):
@@ -39,3 +40,24 @@ def test_unbounded_item_size_is_refused_naming_the_symbol():
     ep = torch.export.export(Unbounded(), (torch.tensor(4),))
     with pytest.raises(LoweringError, match=r"the size u\d+ is data-dependent .* has no upper bound.*torch._check"):
         export_to_stablehlo(ep)
+
+
+class KthOfItem(torch.nn.Module):
+    def forward(self, x, y):
+        return x.kthvalue(min(y.item(), 128), dim=0, keepdim=True).values
+
+
+def test_kthvalue_of_a_data_dependent_k():
+    ep = torch.export.export(KthOfItem(), (torch.arange(64), torch.tensor([32])))
+    conformance.check(ep, [((torch.randperm(64), torch.tensor([k])), {}) for k in (32, 5, 64)], twice=False)
+
+
+class MaskedRows(torch.nn.Module):
+    def forward(self, x, mask):
+        return x[mask] * 2, x[x > 0].shape[0]
+
+
+def test_boolean_mask_indexing_is_padded_with_its_true_size():
+    ep = torch.export.export(MaskedRows(), (torch.randn(4, 3, 2), torch.rand(4, 3) > 0.5))
+    conformance.check(ep, [((torch.randn(4, 3, 2), torch.rand(4, 3) > p), {}) for p in (0.5, 0.0, 1.0)],
+                      twice=False)

@@ -142,12 +142,13 @@ def test_accumulating_setitem():
     assert_matches_eager(add_at, make((4, 6, 5), normal=True), torch.tensor([1, 1, 2]), make((), seed=1, normal=True))
 
 
-def test_boolean_mask_index_is_not_implemented():
-    """A mask index has a data-dependent result shape: the rule says so instead of lowering something wrong."""
-    mask_node = SimpleNamespace(meta={"val": torch.empty(3, dtype=torch.bool)})
-    ctx = SimpleNamespace(node=SimpleNamespace(args=(None, [mask_node])), arg_meta=lambda i: torch.empty(3, 2))
+def test_boolean_mask_index_past_the_leading_dims_is_not_implemented():
+    """A mask over leading dims is padded (tests/conformance/test_unbacked.py); one after a full slice is refused
+    by the rule instead of lowering something wrong."""
+    mask_node = SimpleNamespace(meta={"val": torch.empty(2, dtype=torch.bool)})
+    ctx = SimpleNamespace(node=SimpleNamespace(args=(None, [None, mask_node])), arg_meta=lambda i: torch.empty(3, 2))
     with pytest.raises(NotImplementedError, match="boolean mask"):
-        index_rule(ctx, object(), [object()])
+        index_rule(ctx, object(), [None, object()])
 
 
 DYNAMIC_CASES = {

@@ -1,0 +1,63 @@
+"""Sizes torch computes through floats (``round(s / 2.0)``) are integer arithmetic in the module and in a dim's
+text, exact at every size; inputs whose type has no pytree serialization name (a module, an unregistered dataclass)
+are refused naming the type."""
+import dataclasses
+import math
+
+import pytest
+import sympy
+import torch
+import torch.utils._pytree as pytree
+from torch.export import Dim
+from torch.utils._sympy.functions import CeilToInt, FloatTrueDiv, FloorToInt, RoundToInt, ToFloat
+
+from torch_stablehlo.exporter.errors import ExportError
+from torch_stablehlo.exporter import export_to_stablehlo
+from torch_stablehlo.size_exprs import integer_expr
+from torch_stablehlo.tools import conformance
+
+
+@pytest.mark.parametrize("rounding, python", [(RoundToInt, round), (FloorToInt, math.floor), (CeilToInt, math.ceil)])
+@pytest.mark.parametrize("divisor", [2, 3, 4])
+def test_rounded_quotients_are_exact_integer_arithmetic(rounding, python, divisor):
+    s = sympy.Symbol("s", integer=True, positive=True)
+    expr = integer_expr(rounding(FloatTrueDiv(ToFloat(s), sympy.Float(divisor))))
+    assert not expr.has(rounding, FloatTrueDiv)
+    assert [int(expr.subs(s, n)) for n in range(1, 40)] == [python(n / divisor) for n in range(1, 40)]
+
+
+class RoundedSlice(torch.nn.Module):
+    def forward(self, x):
+        return x[:round(x.shape[0] / 2.0)] * 2
+
+
+def test_a_slice_to_a_rounded_size_matches_at_every_size():
+    ep = torch.export.export(RoundedSlice(), (torch.randn(8),), dynamic_shapes={"x": {0: Dim("n", min=5, max=10)}})
+    conformance.check(ep, [((torch.randn(n),), {}) for n in (5, 6, 7, 10)], twice=False)
+
+
+class TakesModule(torch.nn.Module):
+    def forward(self, x, m):
+        return m(x) + x
+
+
+@dataclasses.dataclass
+class Unnamed:
+    t: torch.Tensor
+
+
+pytree.register_dataclass(Unnamed)
+
+
+class TakesDataclass(torch.nn.Module):
+    def forward(self, d):
+        return d.t * 2
+
+
+def test_inputs_without_a_serialization_name_are_refused_naming_the_type():
+    ep = torch.export.export(TakesModule(), (torch.randn(3), torch.nn.Linear(3, 3)), strict=False)
+    with pytest.raises(ExportError, match=r"torch\.nn\.modules\.linear\.Linear \(an nn\.Module"):
+        export_to_stablehlo(ep)
+    ep = torch.export.export(TakesDataclass(), (Unnamed(torch.ones(2)),))
+    with pytest.raises(ExportError, match=r"test_sizes_and_input_types\.Unnamed, a type with no pytree serialization"):
+        export_to_stablehlo(ep)
