@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import time
+from unittest import mock
 
 import jax
 
@@ -29,9 +31,11 @@ import torch  # noqa: E402
 import transformers  # noqa: E402
 
 from torch_stablehlo.exporter import auto_shardings, export_to_stablehlo, fsdp_shardings  # noqa: E402
-from torch_stablehlo.exporter.autoshard.plan import search_plan  # noqa: E402
+from torch_stablehlo.exporter.autoshard.choose import search_plan  # noqa: E402
 from torch_stablehlo.exporter.conversion.pipeline import prepared_program  # noqa: E402
 from torch_stablehlo.golden.sharded_decoder import DecoderConfig, decoder_example  # noqa: E402
+from torch_stablehlo.runtime.device_costs import device_costs  # noqa: E402
+from torch_stablehlo.runtime.settings import CACHE_DIR  # noqa: E402
 
 BATCH, LENGTH, VOCAB = 8, 32, 2048
 MESHES = [{"model": 8}, {"data": 2, "model": 4}, {"data": 8}]
@@ -127,7 +131,7 @@ def measure(kind: str, build, mesh: dict, repeats: int) -> dict:
     plans = {"auto": auto, "megatron": megatron(kind, mesh), "data-parallel": data_parallel(auto, mesh),
              "fsdp": fsdp_shardings(model, args, axis=axis, batch_axis="data" if "data" in mesh else axis, mesh=mesh),
              "replicated": replicated(auto)}
-    rows = {}
+    rows, chosen = {}, {"auto": auto.chosen}
     for name, plan in plans.items():
         try:
             rows[name] = run(model, args, mesh, plan, expected, repeats)
@@ -136,22 +140,28 @@ def measure(kind: str, build, mesh: dict, repeats: int) -> dict:
     if "bytes" in rows["megatron"]:
         try:
             budget = auto_shardings(model, args, mesh=mesh, max_bytes_per_device=rows["megatron"]["bytes"])
+            chosen["auto@budget"] = budget.chosen
             rows["auto@budget"] = run(model, args, mesh, budget, expected, repeats)
         except Exception as error:  # noqa: BLE001
             rows["auto@budget"] = {"failed": f"{type(error).__name__}: {str(error).splitlines()[0][:120]}"}
     return {"model": kind, "mesh": mesh, "export_and_search_s": search, "plans": rows,
+            "chosen": chosen,
+            "candidate_ms": {k: 1e3 * v for k, v in auto.timings.items()},
             "auto_plan": {k: list(v) for k, v in auto.items()}}
 
 
 def search_seconds(layers: int, mesh: dict) -> tuple[float, float]:
-    """(export + decomposition s, search s) for a ``layers``-layer decoder; the rates cached already."""
+    """(export + decomposition s, search s) for a ``layers``-layer decoder: the rates cached already, its
+    candidates compiled afresh (no disk cache; run before the other cases, whose compiled programs the process
+    keeps)."""
     model, args = llama(layers)
     start = time.perf_counter()
     program, signature = prepared_program(model, args)
     prepared = time.perf_counter() - start
-    start = time.perf_counter()
-    search_plan(program, signature, mesh)
-    return prepared, time.perf_counter() - start
+    with mock.patch.dict(os.environ, {CACHE_DIR.variable: "off"}):
+        start = time.perf_counter()
+        search_plan(program, signature, mesh)
+        return prepared, time.perf_counter() - start
 
 
 def table(results: list[dict]) -> str:
@@ -169,7 +179,9 @@ def table(results: list[dict]) -> str:
                 continue
             ratio = f"{row['ms'] / best:.2f}x" if best and name.startswith("auto") else ""
             mratio = f"{row['bytes'] / mega:.2f}x" if mega and name.startswith("auto") else ""
-            lines.append(f"| {result['model']} | {mesh} | {name} | {row['ms']:.2f} | {ratio} | {row['bytes']} | "
+            chosen = result.get("chosen", {}).get(name)
+            label = f"{name} ({chosen})" if chosen else name
+            lines.append(f"| {result['model']} | {mesh} | {label} | {row['ms']:.2f} | {ratio} | {row['bytes']} | "
                          f"{mratio} | {row['err']:.1e} |")
     return "\n".join(lines)
 
@@ -188,13 +200,14 @@ def main() -> None:
     cases = [("llama", MESHES[1])] if options.quick else [(k, MESHES[i]) for k in options.models
                                                           for i in options.meshes]
     print(f"CPU: {platform.processor() or platform.machine()}, 8 virtual devices; batch {BATCH}, length {LENGTH}")
+    device_costs(MESHES[1])
+    prepared, searched = search_seconds(options.search_layers, MESHES[1])
+    print(f"\n{options.search_layers}-layer decoder on {MESHES[1]}: export + decomposition {prepared:.1f} s, "
+          f"search {searched:.2f} s (load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)", flush=True)
     results = []
     for kind, mesh in cases:
         results.append(measure(kind, builds[kind], mesh, options.repeats))
         print(table(results[-1:]), flush=True)
-    prepared, searched = search_seconds(options.search_layers, MESHES[1])
-    print(f"\n{options.search_layers}-layer decoder on {MESHES[1]}: export + decomposition {prepared:.1f} s, "
-          f"search {searched:.2f} s")
     print("\n" + table(results))
     if options.json:
         with open(options.json, "w") as handle:
