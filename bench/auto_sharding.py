@@ -213,7 +213,8 @@ def main() -> None:
     print("\n" + table(results))
     if options.json:
         with open(options.json, "w") as handle:
-            json.dump({"results": results, "search_s": searched, "search_cpu_s": cpu, "prepare_s": prepared}, handle, indent=1)
+            json.dump({"results": results, "search_s": searched, "search_cpu_s": cpu, "prepare_s": prepared}, handle,
+                      indent=1)
 
 
 if __name__ == "__main__":

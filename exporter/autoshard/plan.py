@@ -33,8 +33,9 @@ class Held:
 class ShardingPlan(dict):
     """Name -> spec (a tuple with one entry per dim: a mesh axis, a tuple of axes, or None; ``()``: replicated)
     for every weight and input. ``cost``: one call's seconds as the search judged it (the best call of the plan
-    timed on the mesh, or the integer program's estimate; None for plans not searched); ``constraints``: graph node name -> spec, the activations the program is told to lay out so;
-    ``mesh``; ``held``: each name's shape and item size. ``str(plan)`` draws it (``picture.plan_text``).
+    timed on the mesh, or the integer program's estimate; None for plans not searched); ``constraints``: graph
+    node name -> spec, the activations the program is told to lay out so; ``mesh``; ``held``: each name's shape
+    and item size. ``str(plan)`` draws it (``picture.plan_text``).
     """
 
     def __init__(self, specs: dict, mesh: dict[str, int], held: dict[str, Held], cost: float | None = None,

@@ -5,8 +5,9 @@ a plan far behind after the first round is not called again.
 Where the program has stacks of repeated layers, they are timed on a shallow copy of it: each stack cut to its
 first ``KEPT_LAYERS`` layers (the last kept layer's results feed what the stack's last layer fed), so a 32-layer
 decoder's plans compile and run as a 1-layer one's (compiling is most of the search's time: one layer is half a
-2-layer copy's, and the layout a layer hands the next is the one it took from the embedding). The plans name weights by the program's names; those of
-the cut layers are dropped with them, the kept layers' specs are the repeated layers' (the search ties them).
+2-layer copy's, and the layout a layer hands the next is the one it took from the embedding). The plans name
+weights by the program's names; those of the cut layers are dropped with them, the kept layer's specs are every
+repeated layer's (the search ties them).
 """
 from __future__ import annotations
 

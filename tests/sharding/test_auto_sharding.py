@@ -137,7 +137,8 @@ def test_plans_are_timed_on_a_shallow_copy_that_keeps_one_layer_of_a_stack():
     program, signature = prepared_program(model, args)
     shallow = shallow_program(program, held_slots(signature, program))
     weights = [s.target for s in shallow.graph_signature.input_specs if s.target]
-    assert "layers.0.mlp.up_proj.weight" in weights and not any(w.startswith(("layers.1.", "layers.2.")) for w in weights)
+    assert "layers.0.mlp.up_proj.weight" in weights
+    assert not any(w.startswith(("layers.1.", "layers.2.")) for w in weights)
     model.layers = model.layers[:1]  # eager with the first layer alone: what the copy computes
     torch.testing.assert_close(shallow.module()(*args), model(*args), atol=1e-5, rtol=1e-5)
     assert shallow_program(shallow, held_slots(signature_of(shallow), shallow)) is shallow  # nothing repeats now
