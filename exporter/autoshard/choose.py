@@ -4,8 +4,10 @@ The integer program (``plan.ilp_plan``) prices plans with rates measured on the 
 on them is not the sum of its parts: on CPU, virtual devices share the host's cores, XLA fuses, overlaps and adds
 collectives of its own. So the program's optimum is one proposal among several: its optimum under the measured
 rates and under two other calibrations of them (all-gathers priced as the measured all-reduces; every collective
-at a tenth of its measured price, the rates a fast interconnect has), and the plans the field starts from
-(data-parallel, FSDP over the last axis with the batch over the first, replicated). Those that fit
+at a tenth of its measured price, the rates a fast interconnect has), and the plans the field starts from:
+data-parallel and FSDP (over the last axis, the batch over the first). Replicated is not timed: data-parallel
+holds the same weights, does a share of the work and is the replicated plan where no axis divides the batch.
+Those that fit
 ``max_bytes_per_device`` are compiled and timed on the mesh (``timing``, on a shallow copy where layers repeat);
 the fastest is the plan. Its cost: one compile and a few calls of a shallow copy per distinct candidate.
 """
@@ -19,7 +21,7 @@ from torch_stablehlo.runtime.device_costs import Collective, DeviceCosts, device
 
 from ..conversion.sharding import check_mesh
 from ..conversion.signature import Signature
-from .plan import ShardingPlan, checked_budget, data_parallel_plan, fsdp_plan, ilp_plan, replicated_plan
+from .plan import ShardingPlan, checked_budget, data_parallel_plan, fsdp_plan, ilp_plan
 from .timing import timeable, timed_plans
 
 
@@ -39,9 +41,8 @@ def search_plan(program: ExportedProgram, signature: Signature, mesh, max_bytes_
                              ("searched, collectives / 10", _cheaper_collectives(costs, 10.0))):
         candidates[name] = ilp_plan(program, signature, mesh, calibrated, budget)
     first, last = list(mesh)[0], list(mesh)[-1]
-    candidates["data-parallel"] = data_parallel_plan(program, signature, mesh)
+    candidates["data-parallel"] = data_parallel_plan(program, signature, mesh)  # replicated where nothing divides
     candidates["fsdp"] = fsdp_plan(program, signature, last, first, mesh)
-    candidates["replicated"] = replicated_plan(program, signature, mesh)
     distinct = {}
     for name, plan in candidates.items():
         fits = budget is None or plan.total_device_bytes <= budget

@@ -1,4 +1,4 @@
-"""Sharding plans: the integer program's optimum (``ilp_plan``), FSDP, data-parallel and replicated plans, and the
+"""Sharding plans: the integer program's optimum (``ilp_plan``), FSDP and data-parallel plans, and the
 ``ShardingPlan`` each is: name -> spec for every weight and input, as ``shardings=`` takes it, plus the
 activations to constrain. The search (``choose``) weighs them against each other.
 """
@@ -119,11 +119,6 @@ def data_parallel_plan(program: ExportedProgram, signature: Signature, mesh: dic
             axes = _dividing_axes(size, mesh)
             specs[name] = (axes[0] if len(axes) == 1 else axes,) if axes else ()
     return ShardingPlan(specs, mesh, _held(names))
-
-
-def replicated_plan(program: ExportedProgram, signature: Signature, mesh: dict[str, int]) -> ShardingPlan:
-    names = held_slots(signature, program)
-    return ShardingPlan({name: () for name in names.values()}, mesh, _held(names))
 
 
 def _dividing_axes(size: int, mesh: dict[str, int]) -> tuple:

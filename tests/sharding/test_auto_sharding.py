@@ -71,7 +71,7 @@ def test_auto_plan_equals_eager_and_its_bundle_runs_in_a_fresh_process(report):
     result = _ok(report["decoder_auto"])
     assert result["measured"] == ["cpu/cpu/8/data=2,model=4"]  # the rates were measured and cached
     timings = result["timings"]  # the candidates timed on the mesh; the fastest chosen
-    assert {"searched", "data-parallel", "replicated"} <= set(timings) and len(timings) >= 4
+    assert {"searched", "data-parallel"} <= set(timings) and len(timings) >= 3
     assert result["cost"] == timings[result["chosen"]] == min(timings.values()) > 0
     assert f"plans timed ({result['chosen']}: " in result["plan_text"] and "d7" in result["plan_text"]
     env = dict(os.environ)
