@@ -75,7 +75,10 @@ def shallow_program(program: ExportedProgram, names: dict[torch.fx.Node, str]) -
             for node, kept in zip(layer, layers[KEPT_LAYERS - 1]):
                 dropped.add(copy_of[node.name])
                 twin[copy_of[node.name]] = copy_of[kept.name]
+    output = next(n for n in rewrite.graph.nodes if n.op == "output")
     for node in dropped:  # what the cut layers fed outside them (the stack's output) now reads the last kept layer
+        if output in node.users:
+            rewrite.returned_instead(node, twin[node])
         node.replace_all_uses_with(twin[node], delete_user_cb=lambda user: user not in dropped)
     for node in reversed(list(rewrite.graph.nodes)):
         if node in dropped:

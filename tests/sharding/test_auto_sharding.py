@@ -142,3 +142,25 @@ def test_plans_are_timed_on_a_shallow_copy_that_keeps_one_layer_of_a_stack():
     model.layers = model.layers[:1]  # eager with the first layer alone: what the copy computes
     torch.testing.assert_close(shallow.module()(*args), model(*args), atol=1e-5, rtol=1e-5)
     assert shallow_program(shallow, held_slots(signature_of(shallow), shallow)) is shallow  # nothing repeats now
+
+
+class _Blocks(torch.nn.Module):
+    """A stack whose last layer's result is the program's output (as BERT's encoder is)."""
+
+    def __init__(self):
+        super().__init__()
+        self.layers = torch.nn.ModuleList(torch.nn.Linear(8, 8) for _ in range(3))
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = torch.tanh(layer(x))
+        return x
+
+
+def test_the_shallow_copy_returns_the_kept_layer_where_the_stack_returned_its_last():
+    torch.manual_seed(0)
+    model, args = _Blocks().eval(), (torch.randn(4, 8),)
+    program, signature = prepared_program(model, args)
+    shallow = shallow_program(program, held_slots(signature, program))
+    assert len(shallow.graph_signature.input_specs) == 3  # layers.0's weight and bias, x
+    torch.testing.assert_close(shallow.module()(*args), torch.tanh(model.layers[0](*args)))
