@@ -4,7 +4,8 @@ For a Llama-style decoder, GPT-2, BERT and a mixture-of-experts decoder (Mixtral
 ``{"model": 8}``, ``{"data": 2, "model": 4}`` and ``{"data": 8}``: the auto plan (``exporter.auto_shardings``,
 rates measured on these devices), the Megatron plan (colwise q/k/v/gate/up, rowwise o/down, the batch over
 ``data`` where the mesh has it), data-parallel (the batch over every axis), FSDP (``exporter.fsdp_shardings``) and
-replicated. Each plan is exported, checked against eager (``err``), and timed (best of ``--repeats`` calls: the machine is shared);
+replicated. Each plan is exported, checked against eager (``err``), and timed: the best of ``--repeats`` calls, the
+calls alternated between the plans (the machine is shared: its noise falls on every plan alike);
 the bytes are the compiled program's per-device arguments (weights and inputs). ``auto@budget`` is the search
 with ``max_bytes_per_device`` set to the Megatron plan's bytes. Then the search time of a 32-layer decoder.
 
@@ -18,8 +19,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import time
+from unittest import mock
 
 import jax
 
@@ -29,9 +32,11 @@ import torch  # noqa: E402
 import transformers  # noqa: E402
 
 from torch_stablehlo.exporter import auto_shardings, export_to_stablehlo, fsdp_shardings  # noqa: E402
-from torch_stablehlo.exporter.autoshard.plan import search_plan  # noqa: E402
+from torch_stablehlo.exporter.autoshard.choose import search_plan  # noqa: E402
 from torch_stablehlo.exporter.conversion.pipeline import prepared_program  # noqa: E402
 from torch_stablehlo.golden.sharded_decoder import DecoderConfig, decoder_example  # noqa: E402
+from torch_stablehlo.runtime.device_costs import device_costs  # noqa: E402
+from torch_stablehlo.runtime.settings import CACHE_DIR  # noqa: E402
 
 BATCH, LENGTH, VOCAB = 8, 32, 2048
 MESHES = [{"model": 8}, {"data": 2, "model": 4}, {"data": 8}]
@@ -104,16 +109,28 @@ def data_parallel(plan, mesh: dict) -> dict:
     return {**replicated(plan), "input_ids": (tuple(mesh),)}
 
 
-def run(model, args, mesh: dict, shardings, expected, repeats: int) -> dict:
-    art = export_to_stablehlo(model, args, mesh=mesh, shardings=shardings)
-    error = float((art(*args) - expected).abs().max())
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        art(*args)
-        times.append(time.perf_counter() - start)
+def exported(model, args, mesh: dict, shardings, expected) -> dict:
+    """The plan exported and called once (compiled, weights placed): its artifact, bytes and error; or why not."""
+    try:
+        art = export_to_stablehlo(model, args, mesh=mesh, shardings=shardings)
+        error = float((art(*args) - expected).abs().max())
+    except Exception as failure:  # noqa: BLE001  (a plan XLA refuses is a finding, not the end of the bench)
+        return {"failed": f"{type(failure).__name__}: {str(failure).splitlines()[0][:120]}"}
     stats = art._executables[max(art._executables)].loaded.get_compiled_memory_stats()
-    return {"ms": 1e3 * min(times), "bytes": stats.argument_size_in_bytes, "err": error}
+    return {"art": art, "bytes": stats.argument_size_in_bytes, "err": error}
+
+
+def timed(rows: dict, args, repeats: int) -> None:
+    """Each row's best call in ``ms``, the calls alternated between the plans (the machine's noise shared)."""
+    best = {name: float("inf") for name, row in rows.items() if "art" in row}
+    for _ in range(repeats):
+        for name in best:
+            start = time.perf_counter()
+            rows[name]["art"](*args)
+            best[name] = min(best[name], time.perf_counter() - start)
+    for name, seconds in best.items():
+        del rows[name]["art"]
+        rows[name]["ms"] = 1e3 * seconds
 
 
 def measure(kind: str, build, mesh: dict, repeats: int) -> dict:
@@ -122,36 +139,40 @@ def measure(kind: str, build, mesh: dict, repeats: int) -> dict:
         expected = model(*args)
     start = time.perf_counter()
     auto = auto_shardings(model, args, mesh=mesh)
-    search = time.perf_counter() - start  # with the export and decomposition; the search alone: below
+    search = time.perf_counter() - start  # with the export and decomposition
     axis = "model" if "model" in mesh else "data"
     plans = {"auto": auto, "megatron": megatron(kind, mesh), "data-parallel": data_parallel(auto, mesh),
              "fsdp": fsdp_shardings(model, args, axis=axis, batch_axis="data" if "data" in mesh else axis, mesh=mesh),
              "replicated": replicated(auto)}
-    rows = {}
+    rows, chosen = {}, {"auto": auto.chosen}
     for name, plan in plans.items():
-        try:
-            rows[name] = run(model, args, mesh, plan, expected, repeats)
-        except Exception as error:  # noqa: BLE001  (a plan XLA refuses is a finding, not the end of the bench)
-            rows[name] = {"failed": f"{type(error).__name__}: {str(error).splitlines()[0][:120]}"}
+        rows[name] = exported(model, args, mesh, plan, expected)
     if "bytes" in rows["megatron"]:
         try:
             budget = auto_shardings(model, args, mesh=mesh, max_bytes_per_device=rows["megatron"]["bytes"])
-            rows["auto@budget"] = run(model, args, mesh, budget, expected, repeats)
+            chosen["auto@budget"] = budget.chosen
+            rows["auto@budget"] = exported(model, args, mesh, budget, expected)
         except Exception as error:  # noqa: BLE001
             rows["auto@budget"] = {"failed": f"{type(error).__name__}: {str(error).splitlines()[0][:120]}"}
-    return {"model": kind, "mesh": mesh, "export_and_search_s": search, "plans": rows,
+    timed(rows, args, repeats)
+    return {"model": kind, "mesh": mesh, "export_and_search_s": search, "plans": rows, "chosen": chosen,
+            "candidate_ms": {k: 1e3 * v for k, v in auto.timings.items()},
             "auto_plan": {k: list(v) for k, v in auto.items()}}
 
 
-def search_seconds(layers: int, mesh: dict) -> tuple[float, float]:
-    """(export + decomposition s, search s) for a ``layers``-layer decoder; the rates cached already."""
+def search_seconds(layers: int, mesh: dict) -> tuple[float, float, float, str]:
+    """(export + decomposition s, search s, the search's CPU s, the candidate chosen) for a ``layers``-layer
+    decoder: the rates cached already, its
+    candidates compiled afresh (no disk cache; run before the other cases, whose compiled programs the process
+    keeps)."""
     model, args = llama(layers)
     start = time.perf_counter()
     program, signature = prepared_program(model, args)
     prepared = time.perf_counter() - start
-    start = time.perf_counter()
-    search_plan(program, signature, mesh)
-    return prepared, time.perf_counter() - start
+    with mock.patch.dict(os.environ, {CACHE_DIR.variable: "off"}):
+        start, cpu = time.perf_counter(), time.process_time()
+        plan = search_plan(program, signature, mesh)
+        return prepared, time.perf_counter() - start, time.process_time() - cpu, plan.chosen
 
 
 def table(results: list[dict]) -> str:
@@ -169,7 +190,9 @@ def table(results: list[dict]) -> str:
                 continue
             ratio = f"{row['ms'] / best:.2f}x" if best and name.startswith("auto") else ""
             mratio = f"{row['bytes'] / mega:.2f}x" if mega and name.startswith("auto") else ""
-            lines.append(f"| {result['model']} | {mesh} | {name} | {row['ms']:.2f} | {ratio} | {row['bytes']} | "
+            chosen = result.get("chosen", {}).get(name)
+            label = f"{name} ({chosen})" if chosen else name
+            lines.append(f"| {result['model']} | {mesh} | {label} | {row['ms']:.2f} | {ratio} | {row['bytes']} | "
                          f"{mratio} | {row['err']:.1e} |")
     return "\n".join(lines)
 
@@ -180,7 +203,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--models", nargs="+", default=["llama", "gpt2", "bert", "moe"])
     parser.add_argument("--meshes", nargs="+", type=int, default=[0, 1, 2], help="indices into MESHES")
-    parser.add_argument("--search-layers", type=int, default=32, help="layers of the decoder whose search is timed")
+    parser.add_argument("--search-layers", type=int, default=32,
+                        help="layers of the decoder whose search is timed (0: none)")
     parser.add_argument("--json", help="also write the figures here")
     options = parser.parse_args()
     torch.manual_seed(0)
@@ -188,17 +212,22 @@ def main() -> None:
     cases = [("llama", MESHES[1])] if options.quick else [(k, MESHES[i]) for k in options.models
                                                           for i in options.meshes]
     print(f"CPU: {platform.processor() or platform.machine()}, 8 virtual devices; batch {BATCH}, length {LENGTH}")
+    device_costs(MESHES[1])
+    searched = cpu = prepared = None
+    if options.search_layers:
+        prepared, searched, cpu, chosen = search_seconds(options.search_layers, MESHES[1])
+        print(f"\n{options.search_layers}-layer decoder on {MESHES[1]}: export + decomposition {prepared:.1f} s, "
+              f"search {searched:.2f} s ({cpu:.2f} s of this process's CPU time; load average "
+              f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores), chose {chosen}", flush=True)
     results = []
     for kind, mesh in cases:
         results.append(measure(kind, builds[kind], mesh, options.repeats))
         print(table(results[-1:]), flush=True)
-    prepared, searched = search_seconds(options.search_layers, MESHES[1])
-    print(f"\n{options.search_layers}-layer decoder on {MESHES[1]}: export + decomposition {prepared:.1f} s, "
-          f"search {searched:.2f} s")
     print("\n" + table(results))
     if options.json:
         with open(options.json, "w") as handle:
-            json.dump({"results": results, "search_s": searched, "prepare_s": prepared}, handle, indent=1)
+            json.dump({"results": results, "search_s": searched, "search_cpu_s": cpu, "prepare_s": prepared}, handle,
+                      indent=1)
 
 
 if __name__ == "__main__":

@@ -26,7 +26,8 @@ from torch_stablehlo.quantize.schemes import QUANTIZE
 
 from .formats.artifact import StableHLOArtifact
 from .conversion.locations import module_path, source_line
-from .conversion.pipeline import Conversion, convert
+from .conversion.lowerable import Conversion
+from .conversion.pipeline import convert
 from .conversion.signature import RNG_SEED
 from .tolerances import TOLERANCES
 

@@ -2,19 +2,22 @@
 spec for every weight and input, as ``export_to_stablehlo(shardings=...)`` takes it)."""
 from __future__ import annotations
 
-from .autoshard.plan import ShardingPlan, fsdp_plan, search_plan
+from .autoshard.choose import search_plan
+from .autoshard.plan import ShardingPlan, fsdp_plan
 from .conversion.pipeline import prepared_program
 
 
 def auto_shardings(model, args=(), kwargs=None, *, mesh, max_bytes_per_device=None, dynamic_shapes=None,
-                   platform: str = "cpu") -> ShardingPlan:
-    """The plan the search finds for ``model`` (an ``nn.Module`` or ``ExportedProgram``) over ``mesh``: the one
-    whose estimated call time, priced with rates measured on the mesh's devices, is least, with the weights' and
-    inputs' bytes per device at most ``max_bytes_per_device`` (``ShardingError`` if no plan fits). ``plan.cost``
-    is the estimate in seconds; ``plan.constraints`` the activation layouts ``export_to_stablehlo`` adds when
-    given the plan. Raises ``MeshError`` when the platform has fewer devices than the mesh."""
+                   platform: str = "cpu", timed: bool = True) -> ShardingPlan:
+    """The plan the search finds for ``model`` (an ``nn.Module`` or ``ExportedProgram``) over ``mesh``, with the
+    weights' and inputs' bytes per device at most ``max_bytes_per_device`` (``ShardingError`` if no plan fits):
+    the integer program's optimum under rates measured on the mesh's devices, and with ``timed`` (the default)
+    the fastest on the mesh of that and the other candidates (``exporter.autoshard.choose``; ``plan.timings``
+    has each candidate's seconds). ``plan.cost``: its seconds as judged; ``plan.constraints`` the activation
+    layouts ``export_to_stablehlo`` adds when given the plan. Raises ``MeshError`` when the platform has fewer
+    devices than the mesh."""
     program, signature = prepared_program(model, args, kwargs, dynamic_shapes)
-    return search_plan(program, signature, mesh, max_bytes_per_device, platform)
+    return search_plan(program, signature, mesh, max_bytes_per_device, platform, timed)
 
 
 def fsdp_shardings(model, args=(), kwargs=None, *, axis: str = "fsdp", batch_axis: str | None = None,

@@ -7,7 +7,7 @@ so it imports nothing of the package.
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Iterable, Sequence
 
 import torch
@@ -121,7 +121,7 @@ def copied_graph_module(graph_module: torch.fx.GraphModule) -> torch.fx.GraphMod
 class WeightRewrite:
     """``program``'s weight placeholders rewritten on a copy of its graph (``graph``; the program itself is never
     changed): ``drop`` erases a weight placeholder nothing uses any more, ``add_constant`` adds a lifted constant
-    after the weights; ``program()`` is the result, its state dict and constants holding what an input still names.
+    after the weights, ``returned_instead`` returns one node in another's place; ``program()`` is the result, its state dict and constants holding what an input still names.
     """
 
     def __init__(self, program: ExportedProgram):
@@ -129,11 +129,17 @@ class WeightRewrite:
         self.graph_module = copied_graph_module(program.graph_module)
         self.graph = self.graph_module.graph
         self._specs = list(program.graph_signature.input_specs)
+        self._outputs = list(program.graph_signature.output_specs)
         self._constants = dict(program.constants)
 
     def drop(self, placeholder: torch.fx.Node) -> None:
         self.graph.erase_node(placeholder)
         self._specs = [s for s in self._specs if s.arg.name != placeholder.name]
+
+    def returned_instead(self, node: torch.fx.Node, replacement: torch.fx.Node) -> None:
+        """``replacement`` returned where ``node`` was (the output node's uses already moved to it)."""
+        self._outputs = [replace(s, arg=TensorArgument(replacement.name))
+                         if isinstance(s.arg, TensorArgument) and s.arg.name == node.name else s for s in self._outputs]
 
     def add_constant(self, name: str, target: str, value: torch.Tensor) -> torch.fx.Node:
         """A new placeholder ``name`` (after the weights, before the user inputs) for the constant ``target``."""
@@ -149,7 +155,7 @@ class WeightRewrite:
     def program(self) -> ExportedProgram:
         self.graph_module.recompile()
         named = {s.target for s in self._specs}
-        signature = ExportGraphSignature(self._specs, list(self.source.graph_signature.output_specs))
+        signature = ExportGraphSignature(self._specs, self._outputs)
         return self.source._update(self.graph_module, signature,
                                    state_dict={k: v for k, v in self.source.state_dict.items() if k in named},
                                    constants={k: v for k, v in self._constants.items() if k in named})

@@ -1,5 +1,6 @@
-"""Sharding plans: the searched one (``search_plan``), the FSDP one (``fsdp_plan``), and the ``ShardingPlan`` both
-are: name -> spec for every weight and input, as ``shardings=`` takes it, plus the activations to constrain.
+"""Sharding plans: the integer program's optimum (``ilp_plan``), FSDP and data-parallel plans, and the
+``ShardingPlan`` each is: name -> spec for every weight and input, as ``shardings=`` takes it, plus the
+activations to constrain. The search (``choose``) weighs them against each other.
 """
 from __future__ import annotations
 
@@ -11,13 +12,12 @@ import torch
 from torch.export import ExportedProgram
 
 from torch_stablehlo.exported_program import copied_graph_module
-from torch_stablehlo.runtime.device_costs import device_costs
+from torch_stablehlo.runtime.device_costs import DeviceCosts
 from torch_stablehlo.stablehlo_ir.shardy import Spec
 
-from ..conversion.sharding import check_mesh
 from ..conversion.signature import Signature
 from ..errors import ShardingError
-from .op_dims import CONTRACTIONS
+from .op_dims import CONTRACTIONS, shape_of
 from .picture import entry_axes, plan_text
 from .problem import build_problem
 from .solve import solve
@@ -32,15 +32,18 @@ class Held:
 
 class ShardingPlan(dict):
     """Name -> spec (a tuple with one entry per dim: a mesh axis, a tuple of axes, or None; ``()``: replicated)
-    for every weight and input. ``cost``: the search's estimate of one call in seconds (None for plans not
-    searched); ``constraints``: graph node name -> spec, the activations the program is told to lay out so;
-    ``mesh``; ``held``: each name's shape and item size. ``str(plan)`` draws it (``picture.plan_text``).
+    for every weight and input. ``cost``: one call's seconds as the search judged it (the best call of the plan
+    timed on the mesh, or the integer program's estimate; None for plans not searched); ``constraints``: graph
+    node name -> spec, the activations the program is told to lay out so; ``mesh``; ``held``: each name's shape
+    and item size. ``str(plan)`` draws it (``picture.plan_text``).
     """
 
     def __init__(self, specs: dict, mesh: dict[str, int], held: dict[str, Held], cost: float | None = None,
                  constraints: dict[str, Spec] | None = None):
         super().__init__(specs)
         self.mesh, self.held, self.cost, self.constraints = mesh, held, cost, constraints or {}
+        self.timings: dict[str, float] = {}  # the search's candidates, timed on the mesh (``autoshard.choose``)
+        self.chosen: str | None = None       # which candidate this plan is
 
     def device_bytes(self, name: str) -> int:
         """Bytes of ``name`` each device holds."""
@@ -71,36 +74,63 @@ def user_spec(spec: Spec) -> tuple:
     return tuple(entries)
 
 
-def _held_slots(signature: Signature, program: ExportedProgram) -> dict[torch.fx.Node, str]:
+def held_slots(signature: Signature, program: ExportedProgram) -> dict[torch.fx.Node, str]:
     """The program's placeholders that are weights or inputs, by signature name."""
     placeholders = [n for n in program.graph.nodes if n.op == "placeholder"]
     return {node: slot.name for node, slot in zip(placeholders, signature.inputs)
             if slot.tensor is not None and slot.kind != "rng_seed"}
 
 
-def search_plan(program: ExportedProgram, signature: Signature, mesh, max_bytes_per_device=None,
-                platform: str = "cpu") -> ShardingPlan:
-    """The cheapest plan for ``program`` over ``mesh`` under the budget (``exporter.autoshard.solve``)."""
-    mesh = check_mesh(mesh)
+def checked_budget(max_bytes_per_device):
     if max_bytes_per_device is not None and not (isinstance(max_bytes_per_device, (int, float))
                                                  and max_bytes_per_device > 0):
         raise ShardingError(f"max_bytes_per_device must be a positive number of bytes, got {max_bytes_per_device!r}")
-    costs = device_costs(mesh, platform)  # MeshError here, before any search or compile, if devices are missing
-    names = _held_slots(signature, program)
+    return max_bytes_per_device
+
+
+def ilp_plan(program: ExportedProgram, signature: Signature, mesh: dict[str, int], costs: DeviceCosts,
+             max_bytes_per_device=None) -> ShardingPlan:
+    """The plan whose estimate under ``costs`` is least, under the budget (``problem`` solved by ``solve``)."""
+    names = held_slots(signature, program)
     problem = build_problem(program.graph, names, mesh, costs)
     solution = solve(problem, max_bytes_per_device)
-    specs, constraints, held = {}, {}, {}
+    specs, constraints = {}, {}
     for choice, pick in zip(problem.choices, solution.picks):
         strategy = choice.strategies[pick]
         for node in choice.nodes:
             if node in names:
                 specs[names[node]] = user_spec(strategy.result)
-                value = node.meta["val"]
-                held[names[node]] = Held(tuple(value.shape), value.element_size())
             elif node.target in CONTRACTIONS:
                 constraints[node.name] = strategy.result
     order = list(names.values())  # the signature's order
-    return ShardingPlan({n: specs[n] for n in order}, mesh, held, solution.seconds, constraints)
+    return ShardingPlan({n: specs[n] for n in order}, mesh, _held(names), solution.seconds, constraints)
+
+
+def data_parallel_plan(program: ExportedProgram, signature: Signature, mesh: dict[str, int]) -> ShardingPlan:
+    """Every weight whole on every device, every input's dim 0 split over as many of the mesh's axes (in order)
+    as divide it."""
+    names = held_slots(signature, program)
+    kinds = {s.name: s.kind for s in signature.inputs}
+    specs = {}
+    for node, name in names.items():
+        specs[name] = ()
+        size = shape_of(node)[0] if kinds[name] == "user_input" and shape_of(node) else None
+        if isinstance(size, int):
+            axes = _dividing_axes(size, mesh)
+            specs[name] = (axes[0] if len(axes) == 1 else axes,) if axes else ()
+    return ShardingPlan(specs, mesh, _held(names))
+
+
+def _dividing_axes(size: int, mesh: dict[str, int]) -> tuple:
+    axes, split = (), 1
+    for axis, count in mesh.items():
+        if size % (split * count) == 0:
+            axes, split = axes + (axis,), split * count
+    return axes
+
+
+def _held(names: dict[torch.fx.Node, str]) -> dict[str, Held]:
+    return {name: Held(tuple(node.meta["val"].shape), node.meta["val"].element_size()) for node, name in names.items()}
 
 
 def fsdp_plan(program: ExportedProgram, signature: Signature, axis: str = "fsdp",
@@ -114,7 +144,7 @@ def fsdp_plan(program: ExportedProgram, signature: Signature, axis: str = "fsdp"
         if name is not None and sizes and name not in sizes:
             raise ShardingError(f"fsdp_shardings: axis {name!r} is not in the mesh {sizes}")
     specs, held = {}, {}
-    for node, name in _held_slots(signature, program).items():
+    for node, name in held_slots(signature, program).items():
         value = node.meta["val"]
         shape = [int(d) if isinstance(d, int) else None for d in value.shape]
         held[name] = Held(tuple(value.shape), value.element_size())

@@ -171,8 +171,22 @@ def _strategies(dims: OpDims, mesh: dict[str, int], costs: DeviceCosts, node: to
 
 
 def _layer_classes(nodes: list[torch.fx.Node], weight_names: dict[torch.fx.Node, str]) -> list[list[torch.fx.Node]]:
-    """The nodes grouped: each node of a repeated layer with its twins in the other layers (when every layer of
-    the stack has the same ops, shapes and wiring), every other node alone."""
+    """The nodes grouped: each node of a repeated layer with its twins in the other layers, every other node
+    alone."""
+    twin: dict[torch.fx.Node, torch.fx.Node] = {}
+    for layers in repeated_layers(nodes, weight_names):
+        for members in layers:
+            twin.update(zip(members, layers[0]))
+    classes: dict[torch.fx.Node, list[torch.fx.Node]] = {}
+    for node in nodes:
+        classes.setdefault(twin.get(node, node), []).append(node)
+    return list(classes.values())
+
+
+def repeated_layers(nodes: list[torch.fx.Node],
+                    weight_names: dict[torch.fx.Node, str]) -> list[list[list[torch.fx.Node]]]:
+    """Per stack of repeated layers (``layers.0`` ... ``layers.N`` whose every layer has the same ops, shapes and
+    wiring), its layers in order, each its nodes in one order (so the i-th node of every layer are twins)."""
     groups: dict[str, dict[int, list[torch.fx.Node]]] = defaultdict(lambda: defaultdict(list))
     for node in nodes:
         if node.op == "call_function":
@@ -186,17 +200,13 @@ def _layer_classes(nodes: list[torch.fx.Node], weight_names: dict[torch.fx.Node,
                 if match:
                     groups[family][int(match.group(1))].append(node)
                     break
-    twin: dict[torch.fx.Node, torch.fx.Node] = {}
+    stacks = []
     for family, layers in groups.items():
         ordered = [_ordered(members, weight_names) for _, members in sorted(layers.items())]
         shapes = [_layout(members, weight_names) for members in ordered]
         if len(ordered) > 1 and all(s == shapes[0] for s in shapes):
-            for members in ordered:
-                twin.update(zip(members, ordered[0]))
-    classes: dict[torch.fx.Node, list[torch.fx.Node]] = {}
-    for node in nodes:
-        classes.setdefault(twin.get(node, node), []).append(node)
-    return list(classes.values())
+            stacks.append(ordered)
+    return stacks
 
 
 def _layer_of(node: torch.fx.Node):

@@ -7,47 +7,26 @@ Each graph is functionalised (``inplace.functionalised``) once: the unsupported 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Sequence
 
 import torch
-from jaxlib.mlir import ir
 from torch._decomp import decomposition_table
 from torch._export.utils import _get_decomp_for_cia
 from torch.export import ExportedProgram
 
 from torch_stablehlo.aten_lowerings import op_name
-from torch_stablehlo.exported_program import kind_name, returned_placeholders, shape_env_of, weight_values
-from torch_stablehlo.quantize import lowering_graph, plain_quantized_weights, prepare_quantized
-from torch_stablehlo.stablehlo_ir.mlir_context import make_context
+from torch_stablehlo.exported_program import kind_name, returned_placeholders, shape_env_of
+from torch_stablehlo.quantize import plain_quantized_weights, prepare_quantized
 
-from ..autoshard.plan import ShardingPlan, constrained_graph, search_plan
+from ..autoshard.choose import search_plan
 from ..errors import LoweringError, ShardingError, UnsupportedOpsError
-from .composites import outline_composites
-from .graph_lowering import GraphLowering, functionalised_for, unsupported_targets
+from .graph_lowering import unsupported_targets
 from .inplace import functionalised, unfunctionalised_mutations, written_placeholders
 from .locations import describe
+from .lowerable import Conversion, lowerable
 from .read_only import untouched
-from .sharding import shard_signature
 from .signature import Signature, program_input_kinds, signature_of
 from .weight_stacks import fold_weight_stacks
-
-
-@dataclass
-class Conversion:
-    """A model made ready to lower: ``lower`` builds its StableHLO."""
-    program: ExportedProgram             # the convertible program (see ``convert``)
-    signature: Signature                 # @main's calling convention
-    graph_module: torch.fx.GraphModule   # the graph to lower (``quantize.lowering_graph``)
-    writes: dict                         # its in-place nodes the walk lowers functionally (``inplace.functionalised``)
-    weights: dict[str, torch.Tensor]     # @main's held arguments: the weights and the state's exported values
-    plan: ShardingPlan | None = None     # the searched sharding plan (shardings="auto" or a ShardingPlan given)
-
-    def lower(self, exposed: Sequence[torch.fx.Node] = ()) -> ir.Module:
-        """``@main`` in a fresh module, for the signature's platforms; it also returns the values of the
-        ``exposed`` top-graph nodes, last."""
-        with untouched(shape_env_of(self.program), "lowering"):
-            return GraphLowering(self.graph_module, self.signature, exposed, self.writes).lower(make_context())
 
 
 def convert(model, args=(), kwargs=None, *, dynamic_shapes=None, quantized_ops: str = "fused", mesh=None,
@@ -61,15 +40,7 @@ def convert(model, args=(), kwargs=None, *, dynamic_shapes=None, quantized_ops: 
         signature = signature_of(program)
         if isinstance(shardings, str):
             shardings = _searched_plan(program, signature, mesh, shardings, platforms)
-        signature = shard_signature(signature, mesh, shardings, program.graph_module)
-        signature.platforms = list(platforms)
-        graph_module = outline_composites(lowering_graph(program, quantized_ops))
-        if isinstance(shardings, ShardingPlan) and shardings.constraints and mesh is not None:  # activation layouts
-            graph_module = constrained_graph(graph_module, shardings.constraints)
-        if graph_module is not checked:  # stacks folded, quantization ops annotated or composites outlined: a copy
-            writes = functionalised_for(graph_module, signature)
-    plan = shardings if isinstance(shardings, ShardingPlan) and mesh is not None else None
-    return Conversion(program, signature, graph_module, writes, _held_values(program, signature), plan)
+        return lowerable(program, signature, checked, writes, mesh, shardings, platforms, quantized_ops)
 
 
 def prepared_program(model, args=(), kwargs=None, dynamic_shapes=None) -> tuple[ExportedProgram, Signature]:
@@ -95,16 +66,6 @@ def _searched_plan(program: ExportedProgram, signature: Signature, mesh, shardin
     if mesh is None:
         raise ShardingError("shardings='auto' needs a device mesh to search over: pass mesh={'axis': size, ...}")
     return search_plan(program, signature, mesh, platform=platforms[0] if platforms else "cpu")
-
-
-def _held_values(program: ExportedProgram, signature: Signature) -> dict[str, torch.Tensor]:
-    """The values of ``@main``'s held arguments: the weights (the program's own tensors, never copies) and the
-    state's exported values (copies: running ``ep.module()`` writes the program's own)."""
-    held = weight_values(program, [slot.target for slot in signature.held_inputs])
-    for slot in signature.state:
-        value = held[slot.target]
-        held[slot.target] = value if value.is_meta else value.detach().clone()
-    return held
 
 
 def _exported(model, args, kwargs, dynamic_shapes) -> ExportedProgram:

@@ -174,8 +174,9 @@ class StableHLOArtifact:
 
     def _held_on_device(self, executable: pjrt.Executable) -> list:
         """``@main``'s held arguments on the device. Weights: copies made once (over a mesh, each device holding
-        its shard only, as ``executable`` takes it); aliases (tied weights) share one copy. State: its value
-        after the last call, else a copy of its exported value of its own (each call consumes it)."""
+        its shard only, as ``executable`` takes it); aliases (tied weights) share one copy where the program takes them
+        laid out alike. State: its value after the last call, else a copy of its exported value of its own (each
+        call consumes it)."""
         slots = self.signature.held_inputs
         index = {s.target: i for i, s in enumerate(slots)}
         weights = [s.target for i, s in enumerate(slots) if s.kind != STATE and (
@@ -185,9 +186,14 @@ class StableHLOArtifact:
             self._require_weights("run")
         if weights:
             canonical = alias_map({name: self.weights[name] for name in weights})
-            unique = sorted(set(canonical.values()))
-            placed = {name: executable.put([self._host(name)], first=index[name])[0] for name in unique}
-            self._device_weights.update({name: placed[canonical[name]] for name in weights})
+            placed: dict[str, list] = {}  # canonical name -> its copies, one per layout the program takes it in
+            for name in weights:
+                copies = placed.setdefault(canonical[name], [])
+                copy = next((c for c in copies if executable.holds(index[name], c)), None)
+                if copy is None:  # a tied weight the plan splits otherwise than its twin: a copy of its own
+                    copy = executable.put([self._host(name)], first=index[name])[0]
+                    copies.append(copy)
+                self._device_weights[name] = copy
         self._device_state.update({name: executable.put([self._host(name)], first=index[name])[0] for name in state})
         return [self._device_state[s.target] if s.kind == STATE else self._device_weights[s.target] for s in slots]
 

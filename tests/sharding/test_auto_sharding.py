@@ -1,16 +1,22 @@
 """Searched and FSDP sharding plans. On one device: the FSDP layout, the picture, each bad input raised before
-anything compiles. On 8 devices (``auto_checks``, one subprocess): the search's known optimum for a two-layer
-MLP (colwise then rowwise, one all-reduce), the memory budget, FSDP and auto plans equal to eager through the
-call, a bundle and ``to_jax()``; the auto-sharded bundle in a fresh process, and ``inspect --shardings`` on it."""
+anything compiles. On 8 devices (``auto_checks``, one subprocess): the integer program's known optimum for a
+two-layer MLP (colwise then rowwise, one all-reduce), the memory budget, FSDP and auto plans equal to eager
+through the call, a bundle and ``to_jax()``, the auto plan the fastest of the candidates timed, a tied weight split
+two ways; the auto-sharded bundle in a fresh process, and ``inspect --shardings`` on it."""
 import json
 import os
 import subprocess
 import sys
 
 import pytest
+import torch
 
 from torch_stablehlo.exporter import (ShardingError, auto_shardings, export_to_stablehlo, fsdp_shardings)
-from torch_stablehlo.golden.sharded_decoder import decoder_example
+from torch_stablehlo.exporter.autoshard.plan import held_slots
+from torch_stablehlo.exporter.autoshard.timing import shallow_program
+from torch_stablehlo.exporter.conversion.pipeline import prepared_program
+from torch_stablehlo.exporter.conversion.signature import signature_of
+from torch_stablehlo.golden.sharded_decoder import DecoderConfig, decoder_example
 from torch_stablehlo.runtime import pjrt
 from torch_stablehlo.runtime.device_costs import FILE_VARIABLE
 from torch_stablehlo.runtime.spmd import MeshError
@@ -64,7 +70,10 @@ def test_fsdp_plan_runs_equal_to_eager_with_weights_split(report):
 def test_auto_plan_equals_eager_and_its_bundle_runs_in_a_fresh_process(report):
     result = _ok(report["decoder_auto"])
     assert result["measured"] == ["cpu/cpu/8/data=2,model=4"]  # the rates were measured and cached
-    assert "estimated" in result["plan_text"] and "d7" in result["plan_text"]
+    timings = result["timings"]  # the candidates timed on the mesh; the fastest chosen
+    assert {"searched", "data-parallel"} <= set(timings) and len(timings) >= 3
+    assert result["cost"] == timings[result["chosen"]] == min(timings.values()) > 0
+    assert f"plans timed ({result['chosen']}: " in result["plan_text"] and "d7" in result["plan_text"]
     env = dict(os.environ)
     out = subprocess.run([sys.executable, "-m", "tests.sharding.auto_checks", "--load", str(report["folder"])],
                          check=True, timeout=300, env=env, capture_output=True, text=True)
@@ -72,6 +81,11 @@ def test_auto_plan_equals_eager_and_its_bundle_runs_in_a_fresh_process(report):
     picture = subprocess.run([sys.executable, "-m", "torch_stablehlo", "inspect", str(report["folder"] / "bundle"),
                               "--shardings"], check=True, timeout=120, env=env, capture_output=True, text=True)
     assert "lm_head.weight  [256, 64]" in picture.stdout and "d7" in picture.stdout
+
+
+def test_a_tied_weight_split_two_ways_runs_equal_to_eager(report):
+    result = _ok(report["tied_split_apart"])
+    assert result["weight_shard_shapes"] == {"embed.weight": [8, 32], "head.weight": [64, 32]}  # two copies
 
 
 def test_fsdp_splits_each_weights_largest_dim_and_the_batch(fsdp_plan):
@@ -116,3 +130,37 @@ def test_unmeetable_or_bad_budget_is_refused(tmp_path, monkeypatch):
         auto_shardings(model, args, mesh=mesh, max_bytes_per_device=1000)
     with pytest.raises(ShardingError, match="positive number of bytes"):
         auto_shardings(model, args, mesh=mesh, max_bytes_per_device=-5)
+
+
+def test_plans_are_timed_on_a_shallow_copy_that_keeps_one_layer_of_a_stack():
+    model, args = decoder_example(DecoderConfig(layers=3))
+    program, signature = prepared_program(model, args)
+    shallow = shallow_program(program, held_slots(signature, program))
+    weights = [s.target for s in shallow.graph_signature.input_specs if s.target]
+    assert "layers.0.mlp.up_proj.weight" in weights
+    assert not any(w.startswith(("layers.1.", "layers.2.")) for w in weights)
+    model.layers = model.layers[:1]  # eager with the first layer alone: what the copy computes
+    torch.testing.assert_close(shallow.module()(*args), model(*args), atol=1e-5, rtol=1e-5)
+    assert shallow_program(shallow, held_slots(signature_of(shallow), shallow)) is shallow  # nothing repeats now
+
+
+class _Blocks(torch.nn.Module):
+    """A stack whose last layer's result is the program's output (as BERT's encoder is)."""
+
+    def __init__(self):
+        super().__init__()
+        self.layers = torch.nn.ModuleList(torch.nn.Linear(8, 8) for _ in range(3))
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = torch.tanh(layer(x))
+        return x
+
+
+def test_the_shallow_copy_returns_the_kept_layer_where_the_stack_returned_its_last():
+    torch.manual_seed(0)
+    model, args = _Blocks().eval(), (torch.randn(4, 8),)
+    program, signature = prepared_program(model, args)
+    shallow = shallow_program(program, held_slots(signature, program))
+    assert len(shallow.graph_signature.input_specs) == 3  # layers.0's weight and bias, x
+    torch.testing.assert_close(shallow.module()(*args), torch.tanh(model.layers[0](*args)))

@@ -1,0 +1,70 @@
+"""The sharding search: candidate plans proposed, then the fastest chosen by timing them on the mesh.
+
+The integer program (``plan.ilp_plan``) prices plans with rates measured on the mesh's devices, but a step's time
+on them is not the sum of its parts: on CPU, virtual devices share the host's cores, XLA fuses, overlaps and adds
+collectives of its own. So the program's optimum is one proposal among several: its optimum under the measured
+rates and under two other calibrations of them (all-gathers priced as the measured all-reduces; every collective
+at a tenth of its measured price, the rates a fast interconnect has), and the plans the field starts from:
+data-parallel and FSDP (over the last axis, the batch over the first). Replicated is not timed: data-parallel
+holds the same weights, does a share of the work and is the replicated plan where no axis divides the batch.
+Those that fit
+``max_bytes_per_device`` are compiled and timed on the mesh (``timing``, on a shallow copy where layers repeat);
+the fastest is the plan. Its cost: one compile and a few calls of a shallow copy per distinct candidate.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from torch.export import ExportedProgram
+
+from torch_stablehlo.runtime.device_costs import Collective, DeviceCosts, device_costs
+
+from ..conversion.sharding import check_mesh
+from ..conversion.signature import Signature
+from .plan import ShardingPlan, checked_budget, data_parallel_plan, fsdp_plan, ilp_plan
+from .timing import timeable, timed_plans
+
+
+def search_plan(program: ExportedProgram, signature: Signature, mesh, max_bytes_per_device=None,
+                platform: str = "cpu", timed: bool = True) -> ShardingPlan:
+    """The fastest plan for ``program`` over ``mesh`` whose weights and inputs fit ``max_bytes_per_device``:
+    timed among the candidates (``timed``, where the program can run: static shapes, weights with data), else
+    the integer program's optimum under the measured rates. ``plan.timings``: each timed candidate's seconds."""
+    mesh = check_mesh(mesh)
+    budget = checked_budget(max_bytes_per_device)
+    costs = device_costs(mesh, platform)  # MeshError here, before any search or compile, if devices are missing
+    searched = ilp_plan(program, signature, mesh, costs, budget)
+    if not timed or not timeable(program, signature):
+        return searched
+    candidates = {"searched": searched}
+    for name, calibrated in (("searched, gathers as reduces", _gathers_as_reduces(costs)),
+                             ("searched, collectives / 10", _cheaper_collectives(costs, 10.0))):
+        candidates[name] = ilp_plan(program, signature, mesh, calibrated, budget)
+    first, last = list(mesh)[0], list(mesh)[-1]
+    candidates["data-parallel"] = data_parallel_plan(program, signature, mesh)  # replicated where nothing divides
+    candidates["fsdp"] = fsdp_plan(program, signature, last, first, mesh)
+    distinct = {}
+    for name, plan in candidates.items():
+        fits = budget is None or plan.total_device_bytes <= budget
+        if fits and not any(_same(plan, other) for other in distinct.values()):
+            distinct[name] = plan
+    timings = timed_plans(program, signature, distinct, platform)
+    best = min(timings, key=timings.get)
+    chosen = distinct[best]
+    chosen.timings, chosen.chosen, chosen.cost = timings, best, timings[best]
+    return chosen
+
+
+def _same(a: ShardingPlan, b: ShardingPlan) -> bool:
+    return dict(a) == dict(b) and a.constraints == b.constraints
+
+
+def _gathers_as_reduces(costs: DeviceCosts) -> DeviceCosts:
+    return replace(costs, all_gather=dict(costs.all_reduce))
+
+
+def _cheaper_collectives(costs: DeviceCosts, factor: float) -> DeviceCosts:
+    def cheaper(line: Collective) -> Collective:
+        return Collective(line.latency / factor, line.per_byte / factor)
+    return replace(costs, all_reduce={a: cheaper(c) for a, c in costs.all_reduce.items()},
+                   all_gather={a: cheaper(c) for a, c in costs.all_gather.items()})
