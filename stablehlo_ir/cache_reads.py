@@ -8,6 +8,7 @@ before the write; for a decode step's KV cache that is the whole cache, two or t
   and its readers meet in one function;
 - a ``slice`` of a ``reshape`` that only adds or drops unit dims reads the reshaped tensor itself
   (``reshape(slice(x))``): the slice then reads the buffer the write made, not a second, reshaped copy of it;
+  so does any other read of such a reshape inside a ``case`` branch (through a slice of the whole tensor);
 - a ``dot_general`` whose right operand is a ``dynamic_update_slice`` along one dim that is not a batch dim
   reads the tensor as it was before the write, the written rows apart (exact): along a free dim, the product with
   the old rows with its written rows replaced by the product with the update; along a contracted dim, the left
@@ -30,11 +31,20 @@ def might_read_written(mlir_text: str) -> bool:
 def rewrite_cache_reads(module: ir.Module) -> int:
     """Apply the rewrites above to ``module`` in place (inside its context); how many reads were rewritten."""
     inline_calls(module)
+    branch_reads = [(op, use) for op in ops_where(module, lambda op: _unit_reshape(op.result) if op.name ==
+                                                   "stablehlo.reshape" else False)
+                    for use in _uses_in_deeper_cases(op)]
+    for op, user in branch_reads:
+        _read_whole_as_stored(op, user)
     slices = ops_where(module, lambda op: op.name == "stablehlo.slice" and _unit_reshape(op.operands[0]))
+    reshapes = {_producer(op.operands[0]) for op in slices} | {op for op, _ in branch_reads}
     for op in slices:
         _slice_before_reshape(op)
-    products = ops_where(module, lambda op: op.name == "stablehlo.dot_general" and not _inside_case(op))
-    return len(slices) + sum(_product_past_the_write(op) for op in products)
+    for op in reshapes:  # left unread: XLA would otherwise hoist them, and with them a reshaped copy
+        if not list(op.result.uses):
+            op.erase()
+    products = ops_where(module, lambda op: op.name == "stablehlo.dot_general" and not _case_depth(op))
+    return len(branch_reads) + len(slices) + sum(_product_past_the_write(op) for op in products)
 
 
 # -- inlining ---------------------------------------------------------------------------------------------------
@@ -105,6 +115,23 @@ def _slice_before_reshape(op) -> None:
         result = stablehlo.reshape(op.results[0].type, cut)
     op.results[0].replace_all_uses_with(result)
     op.erase()
+
+
+def _uses_in_deeper_cases(reshape) -> list:
+    """The ops other than slices that read ``reshape``'s result inside a ``case`` it is outside of."""
+    users = {use.owner for use in reshape.result.uses}
+    return [user for user in users if user.name != "stablehlo.slice" and _case_depth(user) > _case_depth(reshape)]
+
+
+def _read_whole_as_stored(reshape, user) -> None:
+    """``user`` reads ``reshape(x)`` as ``reshape(slice(x))``, the slice whole, emitted at the start of its block
+    (as the other branches' slices are: XLA then passes the branch ``x`` itself)."""
+    source = reshape.operands[0]
+    shape = _shape(source)
+    with ir.InsertionPoint.at_block_begin(user.operation.block), reshape.location:
+        whole = stablehlo.slice(source, [0] * len(shape), shape, [1] * len(shape))
+        read = stablehlo.reshape(reshape.result.type, whole)
+    user.operation.replace_uses_of_with(reshape.result, read)
 
 
 # -- products past a write ----------------------------------------------------------------------------------------
@@ -191,10 +218,10 @@ def _producer(value: ir.Value):
     return owner.operation if isinstance(owner, ir.Operation | ir.OpView) else None
 
 
-def _inside_case(op) -> bool:
-    parent = op.parent
+def _case_depth(op) -> int:
+    """How many ``case`` ops ``op`` is inside of (within its function)."""
+    depth, parent = 0, op.parent
     while parent is not None and parent.name != "func.func":
-        if parent.name == "stablehlo.case":
-            return True
+        depth += parent.name == "stablehlo.case"
         parent = parent.parent
-    return False
+    return depth

@@ -21,7 +21,7 @@ LEGALIZE_SHAPES = "builtin.module(func.func(shape-legalize-to-stablehlo),canonic
 LEGALIZE_QUANT = "builtin.module(func.func(stablehlo-legalize-quant-to-math))"
 # what prepare_for_xla does to a module, named in the compile cache's key: change it with the rewrites
 XLA_PREPARATION = ("quant types legalized; on CPU, int8 products padded or split into digits, uint8 rows as int8 "
-                   "(int8_products v2), reads of tensors written in place as stored (cache_reads v1)")
+                   "(int8_products v2), reads of tensors written in place as stored (cache_reads v2)")
 
 
 @lru_cache(maxsize=None)
