@@ -34,7 +34,8 @@ def test_dynamic_prompt_recipe_decodes_as_the_static_one():
     dynamic = export_to_stablehlo(torch.export.export(
         recipe, (), {"input_ids": torch.tensor([[0, 0]]), "cache_position": torch.tensor([0, 1])}, strict=False,
         dynamic_shapes={"input_ids": {1: seq}, "cache_position": {0: seq}}))
-    assert dynamic.stablehlo_text.count("stablehlo.case") == static.stablehlo_text.count("stablehlo.case") == 2
+    # the attention's decomposition (one function, the layers' composites share it) holds the live-prefix case
+    assert dynamic.stablehlo_text.count("stablehlo.case") == static.stablehlo_text.count("stablehlo.case") == 1
     token, tokens = 3, []
     for position in range(12):
         step = {"input_ids": torch.tensor([[token]]), "cache_position": torch.tensor([position])}
