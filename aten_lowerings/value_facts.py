@@ -78,22 +78,23 @@ def _derive(facts: ValueFacts, node: torch.fx.Node, arguments) -> tuple[Range | 
     """(the result's range or None, whether it is non-negative) for ``node`` over ``arguments`` (pairs of an FX
     argument and its lowered value)."""
     target = node.target
-    if target in _ARANGE:
-        (start_argument, start), step = arguments[0] if len(arguments) > 1 else (0, 0), \
-            (arguments[2][1] if len(arguments) > 2 else 1)
-        return (Range((start,)) if step == 1 else None,
+    if target in _ARANGE:  # arange(end), arange(start, end), arange(start, end, step)
+        start_argument, start = arguments[0] if len(arguments) > 1 else (0, 0)
+        step = arguments[2][1] if len(arguments) > 2 else 1
+        is_range = step == 1 and (isinstance(start, ir.Value) or _is_int(start))
+        return (Range((start,)) if is_range else None,
                 _is_number(step) and step > 0 and _known_non_negative(facts, start_argument, start))
     if not arguments:
         return None, False
     (first, first_value), rest = arguments[0], arguments[1:]
     if target in _LAYOUT:
-        same = node.meta["val"].dim() == 1 and _rank(first) == 1 and target not in (aten.slice.Tensor,)
+        same = node.meta["val"].dim() == 1 and _shape(first) == tuple(node.meta["val"].shape)  # a range as it is
         return (facts._ranges.get(first_value) if same else None), _known_non_negative(facts, first, first_value)
     if target in _CASTS:
         source = first.meta["val"].dtype if isinstance(first, torch.fx.Node) else None
         widening = source is not None and not source.is_floating_point and not source.is_complex and (
             source == torch.bool or node.meta["val"].itemsize >= source.itemsize)
-        return (facts._ranges.get(first_value) if _rank(first) == 1 else None,
+        return (facts._ranges.get(first_value) if _shape(first) is not None and len(_shape(first)) == 1 else None,
                 widening and _known_non_negative(facts, first, first_value))
     if target in (aten.add.Tensor, aten.add.Scalar) and len(rest) >= 1 and node.kwargs.get("alpha", 1) == 1:
         (second, second_value) = rest[0]
@@ -127,15 +128,20 @@ def _known_non_negative(facts: ValueFacts, argument, value) -> bool:
 def _one_element(argument, value) -> bool:
     """Whether an argument is one number: a literal, a size, or a tensor of one element."""
     if not isinstance(value, ir.Value):
-        return isinstance(value, int) and not isinstance(value, bool)
+        return _is_int(value)
     meta = argument.meta.get("val") if isinstance(argument, torch.fx.Node) else None
     return isinstance(meta, torch.SymInt) or (isinstance(meta, torch.Tensor) and meta.numel() == 1
                                               and not meta.dtype.is_floating_point)
 
 
-def _rank(argument) -> int | None:
+def _shape(argument) -> tuple | None:
+    """A tensor argument's torch sizes (None for anything else)."""
     meta = argument.meta.get("val") if isinstance(argument, torch.fx.Node) else None
-    return meta.dim() if isinstance(meta, torch.Tensor) else None
+    return tuple(meta.shape) if isinstance(meta, torch.Tensor) else None
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _is_number(value) -> bool:
