@@ -26,6 +26,7 @@ from .emit.random_bits import RANDOM_OPS, RNG_SEED_DTYPE, RNG_SEED_NAME, seeded_
 from .composite_marks import COMPOSITE_CALL, MARK as COMPOSITE_MARK
 from .constants import constant
 from .context import LoweringContext
+from .value_facts import ValueFacts
 from .emit.loops import while_loop
 from .emit.platform_case import per_platform
 from .mlir_types import tensor_type
@@ -33,7 +34,7 @@ from .registry import LOWERINGS, USER_LOWERINGS, lower, lowering_for, op_name, s
 from .user_ops import USER_FUNCTIONS, UserRule, jax_rule, lowered_target
 from .sharding_marks import mark_sharding, spec_of
 
-__all__ = ["LOWERINGS", "lower", "lowering_for", "op_name", "LoweringContext", "tensor_type", "PaddedDims",
+__all__ = ["LOWERINGS", "lower", "lowering_for", "op_name", "LoweringContext", "ValueFacts", "tensor_type", "PaddedDims",
            "is_padded", "keeps_padding", "RANDOM_OPS", "RNG_SEED_NAME", "RNG_SEED_DTYPE", "seeded_key", "uses_random",
            "mark_sharding", "spec_of", "constant", "while_loop", "USER_LOWERINGS", "scoped_user_lowerings", "jax_rule",
            "UserRule", "lowered_target", "COMPOSITE_CALL", "COMPOSITE_MARK", "USER_FUNCTIONS", "per_platform"]

@@ -8,6 +8,7 @@ from jaxlib.mlir import ir
 
 from .mlir_types import tensor_type
 from .shape_values import SymbolicDims
+from .value_facts import ValueFacts
 
 
 class LoweringContext:
@@ -19,14 +20,18 @@ class LoweringContext:
     SPMD from ``mesh`` (the signature's, which the graph walker passes on).
     """
 
-    __slots__ = ("node", "dims", "mesh", "platforms", "platform_index", "_lower_graph", "_rng_key")
+    __slots__ = ("node", "dims", "facts", "mesh", "platforms", "platform_index", "_lower_graph", "_rng_key")
 
     def __init__(self, node: torch.fx.Node, dims: SymbolicDims,
                  lower_graph: Callable[[torch.fx.GraphModule, Sequence], list],
                  rng_key: Callable[[], ir.Value] | None = None, *, mesh: dict[str, int] | None,
-                 platforms: tuple[str, ...] = (), platform_index: ir.Value | None = None):
+                 platforms: tuple[str, ...] = (), platform_index: ir.Value | None = None,
+                 facts: ValueFacts | None = None):
         self.node = node
         self.dims = dims
+        # what the walk knows about the values lowered so far beyond their types (value_facts): rules read it
+        # instead of the ops that made their operands
+        self.facts = facts if facts is not None else ValueFacts()
         self.mesh = mesh  # the device mesh (axis -> size) @main is partitioned over; None: one device
         # the platforms the code emitted here runs on: the module's, or one in a branch of a per-platform
         # ``stablehlo.case`` (``emit.platform_case``); none given: JAX's default backend lowers JAX functions
@@ -78,12 +83,12 @@ class LoweringContext:
         """This node's context with its symbolic sizes read from ``dims`` (a decomposition function's own) and no
         random numbers (a function cannot reach ``@main``'s ``rng_seed``)."""
         return LoweringContext(self.node, dims, self._lower_graph, mesh=self.mesh, platforms=self.platforms,
-                               platform_index=self.platform_index)
+                               platform_index=self.platform_index, facts=self.facts)
 
     def on_platform(self, platform: str) -> "LoweringContext":
         """This node's context for the code of one platform (a branch of a per-platform ``stablehlo.case``)."""
         return LoweringContext(self.node, self.dims, self._lower_graph, self._rng_key, mesh=self.mesh,
-                               platforms=(platform,), platform_index=self.platform_index)
+                               platforms=(platform,), platform_index=self.platform_index, facts=self.facts)
 
     # -- random numbers ---------------------------------------------------
     def rng_key(self) -> ir.Value:

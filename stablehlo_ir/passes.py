@@ -8,6 +8,7 @@ from jaxlib.mlir import ir, passmanager
 from jaxlib.mlir.dialects import stablehlo
 
 from .mlir_context import make_context
+from .cache_reads import might_read_written, rewrite_cache_reads
 from .int8_products import has_int8_products, rewrite_int8_product
 from .rewrites import expand_explicit_broadcasts, ops_where, sign_quant_storage
 
@@ -20,7 +21,7 @@ LEGALIZE_SHAPES = "builtin.module(func.func(shape-legalize-to-stablehlo),canonic
 LEGALIZE_QUANT = "builtin.module(func.func(stablehlo-legalize-quant-to-math))"
 # what prepare_for_xla does to a module, named in the compile cache's key: change it with the rewrites
 XLA_PREPARATION = ("quant types legalized; on CPU, int8 products padded or split into digits, uint8 rows as int8 "
-                   "(int8_products v2)")
+                   "(int8_products v2), reads of tensors written in place as stored (cache_reads v2)")
 
 
 @lru_cache(maxsize=None)
@@ -63,17 +64,18 @@ def _foreign_ops(module: ir.Module) -> list[str]:
 def prepare_for_xla(mlir_text: str, refine=None, platform: str | None = "cpu") -> str:
     """The module as XLA compiles it for ``platform`` (None: for several): quant types legalized to integer math
     and, on CPU only, int8 products in the forms XLA's CPU backend runs fast at decode shapes
-    (``int8_products``); a copy, the input is unchanged.
+    (``int8_products``) and reads of tensors written in place in the forms it does not copy (``cache_reads``); a
+    copy, the input is unchanged.
 
     ``refine`` (text -> text, e.g. ``?`` dims specialised to one call's shapes) runs first, or, with quant types,
     between their legalization and the expansion of the broadcasts it leaves: shape refinement crashes on a
     ``dot_general`` of quant types with a dynamic dim, and the expanded broadcasts need static shapes.
-    Returns ``mlir_text`` itself when it has no quant types, no product to rewrite and nothing to refine (no
+    Returns ``mlir_text`` itself when it has no quant types, nothing to rewrite and nothing to refine (no
     parsing, no passes).
     """
     quantized = "!quant." in mlir_text
-    cpu_products = platform == "cpu" and has_int8_products(mlir_text)
-    if not quantized and not cpu_products:
+    cpu = platform == "cpu" and (has_int8_products(mlir_text) or might_read_written(mlir_text))
+    if not quantized and not cpu:
         return mlir_text if refine is None else refine(mlir_text)
     source = mlir_text if quantized or refine is None else refine(mlir_text)
     with make_context():
@@ -85,13 +87,14 @@ def prepare_for_xla(mlir_text: str, refine=None, platform: str | None = "cpu") -
                 module = ir.Module.parse(refine(module.operation.get_asm(enable_debug_info=True)))
             expand_explicit_broadcasts(module)
             run_pipeline(module, LEGALIZE_CHLO)
-        rewritten = platform == "cpu" and _cpu_products(module) > 0
+        rewritten = platform == "cpu" and _cpu_forms(module) > 0
         return module.operation.get_asm(enable_debug_info=True) if quantized or rewritten else source
 
 
-def _cpu_products(module: ir.Module) -> int:
-    """Rewrite, in place, the int8 products XLA's CPU backend runs slowly at decode shapes (``int8_products``);
-    how many were."""
-    products = ops_where(module, lambda op: op.name == "stablehlo.dot_general")
-    with module.context:
-        return sum(rewrite_int8_product(op) for op in products)
+def _cpu_forms(module: ir.Module) -> int:
+    """Rewrite, in place, what XLA's CPU backend runs slowly: reads of tensors written in place (``cache_reads``)
+    and int8 products at decode shapes (``int8_products``); how many were."""
+    with module.context, ir.Location.unknown():
+        count = rewrite_cache_reads(module)
+        products = ops_where(module, lambda op: op.name == "stablehlo.dot_general")
+        return count + sum(rewrite_int8_product(op) for op in products)

@@ -1,9 +1,6 @@
 """Contractions: ``dot_general`` and ``convolution`` of operands as they are, the products' compute dtypes, and
-the kernel and window arithmetic that convolutions, pooling and their gradients share.
-
-A product whose right operand was just written by a ``dynamic_update_slice`` (attention over a KV cache updated
-in place) reads the tensor as it was before the write, and the written rows apart (``written_rows``): XLA CPU
-otherwise fuses the write into the product's operand, which copies the whole cache two or three times a call."""
+the kernel and window arithmetic that convolutions, pooling and their gradients share. (How XLA CPU best reads a
+product's operand just written in place is a rewrite of the module it compiles: ``stablehlo_ir.cache_reads``.)"""
 from __future__ import annotations
 
 import numpy as np
@@ -11,12 +8,10 @@ import torch
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
-from ..constants import constant
-from ..mlir_types import DYNAMIC, element_type
+from ..mlir_types import element_type
 from ..promotion import compute_dtype, convert
-from ..shapes import iota, reshape
-from ..values import dtype_of, producer, rank, static_shape
-from .elementwise import compare
+from ..shapes import reshape
+from ..values import rank, static_shape
 
 
 def dot_general(result_type, lhs, rhs, lhs_batch, rhs_batch, lhs_contract, rhs_contract):
@@ -33,57 +28,7 @@ def contract(lhs, rhs, lhs_batch, rhs_batch, lhs_contract, rhs_contract, out_sha
     result, like torch's CPU kernels; the caller rounds it."""
     result_type = ir.RankedTensorType.get(list(out_shape), element_type(compute_dtype(dtype)))
     lhs, rhs = convert(lhs, dtype), convert(rhs, dtype)
-    written = written_rows(rhs)
-    if written is not None and written[2] not in rhs_batch:
-        return _past_the_write(result_type, lhs, written, lhs_batch, rhs_batch, lhs_contract, rhs_contract)
     return dot_general(result_type, lhs, rhs, lhs_batch, rhs_batch, lhs_contract, rhs_contract)
-
-
-def written_rows(value: ir.Value):
-    """``(before, update, dim, start)`` when static ``value`` is a ``dynamic_update_slice`` of ``before`` along
-    one ``dim`` (whole along the others) from ``start`` (a 0-d integer value, which the op clamps into range);
-    else None. Emits nothing."""
-    op = producer(value)
-    if op is None or op.name != "stablehlo.dynamic_update_slice" or DYNAMIC in static_shape(value):
-        return None
-    before, update, starts = op.operands[0], op.operands[1], list(op.operands)[2:]
-    partial = [d for d, (a, b) in enumerate(zip(static_shape(before), static_shape(update))) if a != b]
-    return (before, update, partial[0], starts[partial[0]]) if len(partial) == 1 else None
-
-
-def _past_the_write(result_type, lhs, written, lhs_batch, rhs_batch, lhs_contract, rhs_contract):
-    """The product with a right operand ``written_rows`` describes, from the operand before the write and the
-    update. Along a free dim: the product with the old rows, its written rows replaced by the product with the
-    update (exact). Along a contracted dim: the left operand's columns for the written rows zeroed against the
-    old rows, plus those columns times the update."""
-    before, update, dim, start = written
-    shape, length = static_shape(before), static_shape(update)[dim]
-    zero = constant(0, torch.int64)
-    start = stablehlo.clamp(zero, convert(start, torch.int64), constant(shape[dim] - length, torch.int64))
-    if dim in rhs_contract:
-        column = lhs_contract[rhs_contract.index(dim)]
-        lhs_shape = static_shape(lhs)
-        sizes = list(lhs_shape)
-        sizes[column] = length
-        taken = stablehlo.dynamic_slice(lhs, [start if d == column else zero for d in range(len(sizes))], sizes)
-        position = iota(None, lhs_shape, column)
-        index_type = ir.RankedTensorType.get(lhs_shape, ir.RankedTensorType(position.type).element_type)
-        end = stablehlo.add(start, constant(length, torch.int64))
-        inside = stablehlo.and_(compare(position, stablehlo.broadcast_in_dim(index_type, start, []), "GE"),
-                                compare(position, stablehlo.broadcast_in_dim(index_type, end, []), "LT"))
-        kept = stablehlo.select(inside, constant(0, dtype_of(lhs), lhs_shape), lhs)
-        return stablehlo.add(dot_general(result_type, kept, before, lhs_batch, rhs_batch, lhs_contract, rhs_contract),
-                             dot_general(result_type, taken, update, lhs_batch, rhs_batch, lhs_contract,
-                                         rhs_contract))
-    free = [d for d in range(len(shape)) if d not in rhs_batch and d not in rhs_contract]
-    position = len(lhs_batch) + (rank(lhs) - len(lhs_batch) - len(lhs_contract)) + free.index(dim)
-    out = list(ir.RankedTensorType(result_type).shape)
-    out[position] = length
-    new_type = ir.RankedTensorType.get(out, ir.RankedTensorType(result_type).element_type)
-    return stablehlo.dynamic_update_slice(
-        dot_general(result_type, lhs, before, lhs_batch, rhs_batch, lhs_contract, rhs_contract),
-        dot_general(new_type, lhs, update, lhs_batch, rhs_batch, lhs_contract, rhs_contract),
-        [start if d == position else zero for d in range(len(out))])
 
 
 def per_dim(value, n: int) -> list[int]:

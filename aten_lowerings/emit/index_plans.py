@@ -19,7 +19,7 @@ from ..constants import constant, full_like
 from ..mlir_types import DYNAMIC, tensor_type
 from ..promotion import convert
 from ..shapes import broadcast_in_dim, broadcast_to, iota, is_static, reshape
-from ..values import dtype_of, producer, rank, static_shape, value_type
+from ..values import dtype_of, rank, static_shape, value_type
 from .elementwise import compare
 
 
@@ -54,7 +54,7 @@ def index_plan(ctx, x_sizes, indexed: dict[int, tuple[ir.Value, object]]) -> Ind
     for d in dims:
         index = broadcast_to(ctx, convert(indexed[d][0], torch.int64), batch)
         size = broadcast_in_dim(ctx, ctx.size_value(x_sizes[d]), batch, [])
-        if not non_negative(index):  # a mask's arange indices need no wrap (nor its compare and select)
+        if not ctx.facts.non_negative(indexed[d][0]):  # arange indices need no wrap (nor its compare and select)
             negative = compare(index, full_like(ctx, batch, 0, torch.int64), "LT")
             index = stablehlo.select(negative, stablehlo.add(index, size), index)
         columns.append(index)
@@ -67,31 +67,6 @@ def index_plan(ctx, x_sizes, indexed: dict[int, tuple[ir.Value, object]]) -> Ind
     sizes = [x_sizes[d] for d in window]
     sizes[first:first] = batch
     return IndexPlan(indices, dims, positions, sizes, implicit_vector=len(columns) == 1)
-
-
-_LAYOUT = {"stablehlo.broadcast_in_dim", "stablehlo.dynamic_broadcast_in_dim", "stablehlo.reshape",
-           "stablehlo.dynamic_reshape", "stablehlo.transpose", "stablehlo.slice",
-           "stablehlo.real_dynamic_slice"}  # the first operand's values
-_COMBINING = {"stablehlo.add", "stablehlo.multiply", "stablehlo.concatenate"}  # non-negative from all operands
-
-
-def non_negative(value: ir.Value, depth: int = 24) -> bool:
-    """Whether the ops that made an integer ``value`` show it is >= 0: an iota or a non-negative constant,
-    through layout ops, widening integer conversions, sums and products (``arange`` indices are)."""
-    op = producer(value)
-    if depth == 0 or op is None:
-        return False
-    if op.name in ("stablehlo.iota", "stablehlo.dynamic_iota"):
-        return True
-    if op.name == "stablehlo.constant":
-        return bool((np.asarray(op.attributes["value"]) >= 0).all())
-    if op.name == "stablehlo.convert":
-        source, result = value_type(op.operands[0]).element_type, value_type(value).element_type
-        return (isinstance(source, ir.IntegerType) and isinstance(result, ir.IntegerType)
-                and result.width >= source.width and non_negative(op.operands[0], depth - 1))
-    if op.name in _LAYOUT:
-        return non_negative(op.operands[0], depth - 1)
-    return op.name in _COMBINING and all(non_negative(v, depth - 1) for v in op.operands)
 
 
 def along_dim_plan(ctx, dim: int, index, index_sizes) -> IndexPlan:
@@ -132,61 +107,13 @@ def scatter_plan(x, plan: IndexPlan, updates, combine=None) -> ir.Value:
 
 
 def contiguous_start(ctx, index: ir.Value) -> ir.Value | None:
-    """The first of a 1-d integer ``index``'s values as a 0-d i64 value when the ops that made it show they are
-    consecutive (``start, start + 1, ...``): one element, or an ``arange`` plus a number (transformers' static
-    cache writes at ``arange(n) + cumulative_length``); else None."""
+    """The first of a 1-d integer ``index``'s values as a 0-d i64 value when they are known to be consecutive
+    (``start, start + 1, ...``): one element, or a range the walk recorded (``value_facts``: an ``arange`` plus
+    a number, as transformers' static cache writes at ``arange(n) + cumulative_length``); else None."""
     shape = static_shape(index)
     if len(shape) != 1 or shape[0] == DYNAMIC:
         return None
-    start = reshape(ctx, index, []) if shape[0] == 1 else _range_start(ctx, index, 24)
-    return None if start is None else convert(start, torch.int64)
-
-
-def _range_start(ctx, value: ir.Value, depth: int) -> ir.Value | None:
-    """``value``'s first element when it is ``iota * 1 + splat + ...`` (1-d), through integer conversions."""
-    op = producer(value)
-    if depth == 0 or op is None:
-        return None
-    if op.name == "stablehlo.iota":
-        return constant(0, dtype_of(value))
-    if op.name == "stablehlo.convert" and isinstance(value_type(op.operands[0]).element_type, ir.IntegerType):
-        start = _range_start(ctx, op.operands[0], depth - 1)
-        return None if start is None else convert(start, dtype_of(value))
-    if op.name not in ("stablehlo.add", "stablehlo.multiply"):
-        return None
-    a, b = op.operands[0], op.operands[1]
-    for ranged, other in ((a, b), (b, a)):
-        if op.name == "stablehlo.multiply" and _is_one(other):  # arange's step
-            return _range_start(ctx, ranged, depth - 1)
-        start = _range_start(ctx, ranged, depth - 1) if op.name == "stablehlo.add" else None
-        number = _splat(ctx, other) if start is not None else None
-        if number is not None:
-            return stablehlo.add(start, convert(number, dtype_of(start)))
-    return None
-
-
-def _is_one(value: ir.Value) -> bool:
-    """A constant of ones, or a broadcast of one."""
-    op = producer(value)
-    if op is not None and op.name == "stablehlo.broadcast_in_dim":
-        return _is_one(op.operands[0])
-    return op is not None and op.name == "stablehlo.constant" and bool((np.asarray(op.attributes["value"]) == 1).all())
-
-
-def _splat(ctx, value: ir.Value) -> ir.Value | None:
-    """The one number a 1-d ``value`` holds everywhere, as a 0-d value: a splat constant or a broadcast of a 0-d
-    (or one-element) value."""
-    op = producer(value)
-    if op is None:
-        return None
-    if op.name == "stablehlo.constant" and ir.DenseElementsAttr.isinstance(op.attributes["value"]):
-        values = ir.DenseElementsAttr(op.attributes["value"])
-        scalar = ir.RankedTensorType.get([], values.type.element_type)
-        return stablehlo.constant(ir.DenseElementsAttr.get_splat(scalar, values.get_splat_value())) \
-            if values.is_splat else None
-    if op.name == "stablehlo.broadcast_in_dim" and all(s == 1 for s in static_shape(op.operands[0])):
-        return reshape(ctx, op.operands[0], [])
-    return None
+    return convert(reshape(ctx, index, []), torch.int64) if shape[0] == 1 else ctx.facts.range_start(index)
 
 
 def update_slice(ctx, x: ir.Value, dim: int, start: ir.Value, update: ir.Value) -> ir.Value:

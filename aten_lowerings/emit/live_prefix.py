@@ -1,16 +1,17 @@
 """Attention over the live prefix of its keys: a static KV cache is mostly empty while decoding, and its mask says
 so, so the products need read only the keys up to the last one the mask keeps.
 
-Key lengths are compiled in buckets (128, 256, 512, ... below the cache's length, then the whole length), and a
+Key lengths are compiled in buckets (128, 256, 512, ... below the keys' length, then the whole length), and a
 ``stablehlo.case`` picks the shortest bucket that holds every live key, the last key any row keeps. A key is
 dead where a bool mask is false or a float mask is at most its dtype's lowest finite number (``-inf``
 included): its softmax weight is exactly zero in every row that keeps some key, so dropping it changes nothing
 but the order of the sums. If some row keeps no key at all, every bucket is the whole length (torch's result
 for that row depends on all of them).
 
-The branches read a KV cache just written in place as it is after the write, in the shape the write made it
-(``_as_stored``, ``_prefix``): read before the write with the written rows apart, or through a reshape, XLA's
-copy insertion copies the whole cache two or three times a step inside a generate loop's ``while``.
+The choice needs only the keys' length to be static: the other dims (the query length of a program exported
+with a dynamic prompt, the batch) may be symbolic, so such a program called one token at a time reads the live
+prefix as a static one does. The branches read plain slices of the keys; how XLA CPU best reads a cache just
+written in place is a rewrite of the module it compiles (``stablehlo_ir.cache_reads``).
 
 Why: a decode step reads its whole cache otherwise, most of it empty; reading only the live bucket makes the
 steps of ``bench/decode_speed.py`` faster (README, "Speed and scale", has the figures).
@@ -23,12 +24,13 @@ import torch
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
-from ..constants import constant
+from ..constants import constant, full_like
 from ..mlir_types import DYNAMIC
 from ..promotion import convert
-from ..values import dtype_of, producer, rank, static_shape, value_type
+from ..values import dtype_of, rank, static_shape
 from .elementwise import compare
 from .reduce import reduce
+from .slicing import slice_dim
 
 SHORTEST = 128
 """The shortest bucket: keys are read at least this many at a time."""
@@ -36,12 +38,13 @@ SHORTEST = 128
 
 def bucket_lengths(mask, keys: Sequence[ir.Value]) -> list[int]:
     """The key lengths to compile attention for: ``SHORTEST``, twice that, ... below the keys' length, then that
-    length; empty (attention as it is) unless the mask and the keys (rank >= 2, keys along dim -2) have static
-    shapes, the mask varies along the keys, and the keys are at least twice ``SHORTEST`` long."""
-    if mask is None or any(DYNAMIC in static_shape(v) for v in (mask, *keys)):
+    length; empty (attention as it is) unless the keys' length (dim -2, rank >= 2) and the mask's last dim are
+    static and equal, and the keys are at least twice ``SHORTEST`` long. Other dims may be symbolic."""
+    if mask is None or any(rank(key) < 2 or static_shape(key)[-2] == DYNAMIC for key in keys):
         return []
     length = static_shape(keys[0])[-2]
-    if static_shape(mask)[-1] != length or length < 2 * SHORTEST:
+    if any(static_shape(key)[-2] != length for key in keys) or static_shape(mask)[-1] != length or \
+            length < 2 * SHORTEST:
         return []
     lengths = [SHORTEST]
     while lengths[-1] * 2 < length:
@@ -49,38 +52,37 @@ def bucket_lengths(mask, keys: Sequence[ir.Value]) -> list[int]:
     return lengths + [length]
 
 
-def over_live_prefix(mask: ir.Value, keys: Sequence[ir.Value], lengths: Sequence[int], result_types,
-                     attend: Callable[[ir.Value, list[ir.Value]], list[ir.Value]]) -> list[ir.Value]:
+def over_live_prefix(ctx, mask: ir.Value, mask_sizes, keys: Sequence[ir.Value], key_sizes, lengths: Sequence[int],
+                     result_types, attend: Callable[[ir.Value, list[ir.Value]], list[ir.Value]]) -> list[ir.Value]:
     """``attend(mask, keys)`` (results of ``result_types``) over the shortest of ``lengths`` holding every live
-    key: mask and keys cut to that length along the keys' dim (the mask's last), each bucket one branch of a
-    ``stablehlo.case``."""
-    index = _bucket_index(_live_length(mask), lengths)
-    stored = [_as_stored(key) for key in keys]
+    key: mask and keys (of torch sizes ``mask_sizes`` and ``key_sizes``, one list per key) cut to that length
+    along the keys' dim (the mask's last), each bucket one branch of a ``stablehlo.case``."""
+    index = _bucket_index(_live_length(ctx, mask, mask_sizes), lengths)
     case = stablehlo.CaseOp(result_types, index, len(lengths))
     for region, length in zip(case.regions, lengths):
-        with ir.InsertionPoint(region.blocks.append()):
-            cut = [_prefix(key, rank(key) - 2, *where, length) for key, where in zip(keys, stored)]
-            stablehlo.return_(attend(_prefix(mask, rank(mask) - 1, mask, rank(mask) - 1, length), cut))
+        with ir.InsertionPoint(region.blocks.append()), ctx.dims.scope():
+            cut = [_prefix(ctx, key, rank(key) - 2, sizes, length) for key, sizes in zip(keys, key_sizes)]
+            stablehlo.return_(attend(_prefix(ctx, mask, rank(mask) - 1, mask_sizes, length), cut))
     return list(case.results)
 
 
-def _live_length(mask: ir.Value) -> ir.Value:
+def _live_length(ctx, mask: ir.Value, sizes) -> ir.Value:
     """One past the last key some row keeps (a 0-d int64); the whole length when some row keeps no key."""
-    shape = static_shape(mask)
-    last = len(shape) - 1
+    last = rank(mask) - 1
+    length = static_shape(mask)[last]
     if dtype_of(mask) == torch.bool:
         live = mask
     else:
-        lowest = stablehlo.broadcast_in_dim(mask.type, constant(torch.finfo(dtype_of(mask)).min, dtype_of(mask)), [])
+        lowest = full_like(ctx, sizes, torch.finfo(dtype_of(mask)).min, dtype_of(mask))
         live = stablehlo.not_(compare(mask, lowest, "LE"))  # NaN counts as live: it reaches the result
-    rows_kept = reduce(None, live, [last], False, stablehlo.or_)
-    every_row_keeps = reduce(None, rows_kept, list(range(last)), True, stablehlo.and_)
-    kept = reduce(None, live, list(range(last)), False, stablehlo.or_)
-    ends = stablehlo.iota(ir.RankedTensorType.get([shape[last]], ir.IntegerType.get_signless(64)), 0)
-    ends = stablehlo.add(ends, constant(1, torch.int64, [shape[last]]))
-    ends = stablehlo.select(kept, ends, constant(0, torch.int64, [shape[last]]))
-    length = reduce(None, ends, [0], 0, stablehlo.maximum)
-    return stablehlo.select(every_row_keeps, length, constant(shape[last], torch.int64))
+    rows_kept = reduce(ctx, live, [last], False, stablehlo.or_)
+    every_row_keeps = reduce(ctx, rows_kept, list(range(last)), True, stablehlo.and_)
+    kept = reduce(ctx, live, list(range(last)), False, stablehlo.or_)
+    ends = stablehlo.iota(ir.RankedTensorType.get([length], ir.IntegerType.get_signless(64)), 0)
+    ends = stablehlo.add(ends, constant(1, torch.int64, [length]))
+    ends = stablehlo.select(kept, ends, constant(0, torch.int64, [length]))
+    live_length = reduce(ctx, ends, [0], 0, stablehlo.maximum)
+    return stablehlo.select(every_row_keeps, live_length, constant(length, torch.int64))
 
 
 def _bucket_index(length: ir.Value, lengths: Sequence[int]) -> ir.Value:
@@ -92,35 +94,8 @@ def _bucket_index(length: ir.Value, lengths: Sequence[int]) -> ir.Value:
     return index
 
 
-def as_written(value: ir.Value) -> ir.Value:
-    """The tensor ``value`` reshapes, seen through reshapes that only add or drop unit dims: how a KV cache is
-    written and carried (a generate loop carries it without them, ``exporter.generate.steps.carried_shape``)."""
-    while producer(value) is not None and producer(value).name == "stablehlo.reshape" and \
-            _non_unit(static_shape(producer(value).operands[0])) == _non_unit(static_shape(value)):
-        value = producer(value).operands[0]
-    return value
-
-
-def _as_stored(key: ir.Value) -> tuple[ir.Value, int]:
-    """(``as_written(key)``, its dim that is ``key``'s dim -2, the keys' dim, of more than one entry). The branches
-    read that tensor itself, so XLA hands them the buffer the write made, not a second, reshaped copy of it."""
-    source = as_written(key)
-    before = len(_non_unit(static_shape(key)[:-2]))  # non-unit dims in front of the keys' dim
-    return source, [d for d, size in enumerate(static_shape(source)) if size != 1][before]
-
-
-def _prefix(value: ir.Value, value_dim: int, source: ir.Value, dim: int, length: int) -> ir.Value:
-    """``value``'s first ``length`` entries along ``value_dim``, read as ``source``'s along ``dim``. Always a
-    ``slice``, the whole length too: the products then read a KV cache as it is after its write, where
-    ``emit.contraction.written_rows`` would read it before the write, the written rows apart (inside a case, XLA
-    then copies the whole cache to keep both)."""
-    limits = list(static_shape(source))
-    limits[dim] = length
-    cut = stablehlo.slice(source, [0] * len(limits), limits, [1] * len(limits))
-    shape = static_shape(value)
-    shape[value_dim] = length
-    return stablehlo.reshape(ir.RankedTensorType.get(shape, value_type(value).element_type), cut)
-
-
-def _non_unit(shape) -> list[int]:
-    return [size for size in shape if size != 1]
+def _prefix(ctx, value: ir.Value, dim: int, sizes, length: int) -> ir.Value:
+    """``value``'s (torch ``sizes``) first ``length`` entries along ``dim``."""
+    cut = list(sizes)
+    cut[dim] = length
+    return slice_dim(ctx, value, dim, 0, length, cut)

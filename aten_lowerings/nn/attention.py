@@ -7,9 +7,8 @@ leading dims as batch dims, broadcast as torch broadcasts them (grouped-query at
 of one head, split the query heads into (kv heads, group) instead of repeating keys and values); the softmax is
 computed in float32 for low precision, normalized after the product with
 values, and a fully masked row gives zeros, as torch does. With dropout the
-op is random, and inlined rather than a composite; over a KV cache just written
-in place it is inlined too, so that its products read the cache from before the
-write and the written rows apart (``emit.contraction.written_rows``).
+op is random, and inlined rather than a composite. Over a long key length with a mask
+only the live prefix of the keys is read (``emit.live_prefix``).
 """
 from __future__ import annotations
 
@@ -21,9 +20,9 @@ from jaxlib.mlir.dialects import stablehlo
 
 from ..constants import full_like
 from ..emit.composite import composite
-from ..emit.contraction import contract, written_rows
+from ..emit.contraction import contract
 from ..emit.elementwise import compare
-from ..emit.live_prefix import as_written, bucket_lengths, over_live_prefix
+from ..emit.live_prefix import bucket_lengths, over_live_prefix
 from ..emit.random_bits import dropout_values
 from ..emit.reduce import reduce
 from ..mlir_types import DYNAMIC, mlir_shape, tensor_type
@@ -72,7 +71,15 @@ def _attention(ctx, metas, out_metas, query, key, value, mask, scale: float, is_
     lengths = [] if is_causal or dropout_p else bucket_lengths(mask, [key, value])
     if not lengths:
         return attend(mask, [key, value])
-    return over_live_prefix(mask, [key, value], lengths, [tensor_type(m.shape, m.dtype) for m in out_metas], attend)
+    return over_live_prefix(ctx, mask, _mask_sizes(ctx), [key, value], [k_sizes, v_sizes], lengths,
+                            [tensor_type(m.shape, m.dtype) for m in out_metas], attend)
+
+
+def _mask_sizes(ctx) -> list:
+    """The torch sizes of the node's attention mask (``attn_mask``, by keyword or fourth positional argument)."""
+    node = ctx.node
+    mask = node.kwargs.get("attn_mask", node.args[3] if len(node.args) > 3 else None)
+    return list(mask.meta["val"].shape)
 
 
 def _products(ctx, query, key, value, mask, q_sizes, k_sizes, v_sizes, scale: float, is_causal: bool,
@@ -174,10 +181,8 @@ def _attention_composite(ctx, name, query, key, value, mask, scale, is_causal, g
 def scaled_dot_product_attention(ctx, query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, *,
                                  scale=None, enable_gqa=False):
     scale, groups = _options(ctx, scale, enable_gqa)
-    # no composite where it is random (its decomposition function could not reach the rng_seed argument), or
-    # over a KV cache just written in place (a generate loop's: through reshapes of unit dims): the products read
-    # the cache from before the write (written_rows), or only its live prefix, as written (emit.live_prefix)
-    if dropout_p or any(written_rows(as_written(v)) is not None for v in (key, value)):
+    # no composite where it is random (its decomposition function could not reach the rng_seed argument)
+    if dropout_p:
         metas = [ctx.arg_meta(i) for i in range(3)]
         return _attention(ctx, metas, [ctx.out_meta], query, key, value, attn_mask, scale, is_causal, groups,
                           dropout_p)[0]

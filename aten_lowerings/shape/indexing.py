@@ -14,7 +14,7 @@ from jaxlib.mlir.dialects import stablehlo
 from ..constants import full_like
 from ..emit.elementwise import as_tensor, floor_quotient
 from ..emit.extremes import highest, lowest
-from ..emit.index_plans import (IndexPlan, along_dim_plan, contiguous_start, gather_plan, index_plan, non_negative,
+from ..emit.index_plans import (IndexPlan, along_dim_plan, contiguous_start, gather_plan, index_plan,
                                 scatter_plan, update_slice)
 from ..emit.padded import data_dependent_result
 from ..emit.reduce import reduce
@@ -146,7 +146,7 @@ def _put_range(ctx, x, dim: int, index, values, wraps: bool):
     sizes[dim] = static_shape(index)[0]
     if wraps and sizes[dim] == 1:
         start = wrap_index(ctx, start, ctx.out_shape[dim])
-    elif wraps and not non_negative(index):
+    elif wraps and not ctx.facts.non_negative(index):
         return None
     return update_slice(ctx, x, dim, start, broadcast_to(ctx, convert(values, ctx.out_dtype), sizes))
 

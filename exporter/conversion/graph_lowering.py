@@ -22,7 +22,7 @@ from jaxlib.mlir.dialects import func
 from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
 from torch_stablehlo.aten_lowerings import (LoweringContext, PaddedDims, is_padded, keeps_padding, lowered_target,
-                                            lowering_for, op_name, per_platform, seeded_key, tensor_type)
+                                            lowering_for, op_name, per_platform, seeded_key, tensor_type, ValueFacts)
 from torch_stablehlo.exported_program import STATE, returned_placeholders
 from torch_stablehlo.stablehlo_ir.refine import ShapeRefinementError, refine_shapes
 from torch_stablehlo.stablehlo_ir.platforms import platform_index_attributes
@@ -65,6 +65,7 @@ class GraphLowering:
         self._values: dict[torch.fx.Node, object] = {}  # the top graph's lowered values
         self.dims = PaddedDims()  # input dims, and data-dependent sizes (see aten_lowerings.data_dependent)
         self.locations = LocationCache()
+        self.facts = ValueFacts()  # what the walk records about the values it lowers (aten_lowerings.value_facts)
         self._seed: ir.Value | None = None  # @main's last argument where the graph draws random numbers
         self._keys = itertools.count()
         # the top graph's in-place nodes lowered functionally (``inplace.functionalised``; computed if not given)
@@ -215,7 +216,7 @@ class GraphLowering:
             kwargs = torch.fx.node.map_arg(node.kwargs, env.__getitem__)
             ctx = LoweringContext(node, self.dims, self.lower_graph, self._rng_key if self._seed is not None else None,
                                   mesh=self.signature.mesh, platforms=self.platforms,
-                                  platform_index=self._platform_index)
+                                  platform_index=self._platform_index, facts=self.facts)
             try:
                 if len(set(rules.values())) == 1:
                     result = next(iter(rules.values()))(ctx, *args, **kwargs)
@@ -231,6 +232,7 @@ class GraphLowering:
                     f"lowering {name} failed at {describe(node)}: {type(error).__name__}: {error}\n"
                     f"  node: {node.format_node()}") from error
             self._note_sizes(meta, result)
+            self.facts.record(node, args, result)
             return result
 
     def _rules(self, target, node: torch.fx.Node, name: str) -> dict:

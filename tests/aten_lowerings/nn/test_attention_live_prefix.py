@@ -58,3 +58,21 @@ def test_short_and_causal_attention_keep_one_branch():
     assert "stablehlo.case" not in export_to_stablehlo(FunctionModule(_attention), short).stablehlo_text
     causal = FunctionModule(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True))
     assert "stablehlo.case" not in export_to_stablehlo(causal, (q, k, v)).stablehlo_text
+
+
+class _Attention(torch.nn.Module):
+    def forward(self, q, k, v, mask):
+        return _attention(q, k, v, mask)
+
+
+def test_a_dynamic_query_length_keeps_the_live_prefix():
+    """Only the keys' length need be static: with a symbolic number of query rows (a dynamic prompt dim) the
+    program still picks the bucket, for each call's rows (a float mask: its dead keys found over symbolic rows)."""
+    rows = torch.export.Dim("rows", min=1, max=16)
+    program = torch.export.export(_Attention(), _inputs(5, True, rows=3),
+                                  dynamic_shapes=({2: rows}, None, None, {2: rows}))
+    artifact = export_to_stablehlo(program)
+    assert artifact.stablehlo_text.count("stablehlo.case") == 1
+    for live, count in ((300, 1), (129, 4)):
+        inputs = _inputs(live, True, rows=count)
+        torch.testing.assert_close(artifact(*inputs), _attention(*inputs), rtol=1e-5, atol=1e-6)
