@@ -14,6 +14,7 @@ request's tokens do not depend on what runs beside it.
 from __future__ import annotations
 
 import torch
+from torch._higher_order_ops.while_loop import while_loop
 
 from ..generate.settings import GenerationSettings
 from ..generate.steps import CausalStep, carried_shape, one_of, positions_before
@@ -124,10 +125,34 @@ class EngineInsert(torch.nn.Module):
 
 
 class EngineGenerate(CausalStep):
-    """One step over every slot: each slot's token at the cursor through the model, the next one chosen and
-    written after it (the pad token where the slot is done); returns (the state, the chosen tokens [slots])."""
+    """Up to ``steps_per_call`` steps over every slot in one ``stablehlo.while`` (``steps``, 1 to
+    ``steps_per_call``, of them; one call amortised over them): each step runs each slot's token at the cursor
+    through the model and writes the next one chosen after it (the pad token where the slot is done). Returns (the
+    state, the tokens chosen [steps_per_call, slots], the pad token in the rows of the steps not run)."""
 
-    def forward(self, state: DecodeState):
+    def __init__(self, model, settings: GenerationSettings, steps_per_call: int):
+        super().__init__(model, settings)
+        self.steps_per_call = steps_per_call
+
+    def forward(self, state: DecodeState, steps: torch.Tensor):
+        made = torch.full((self.steps_per_call, state.done.shape[0]), self.settings.pad_token_id, dtype=torch.int64,
+                          device=steps.device)
+
+        def going(step, made, tokens, cursor, done, *caches):
+            return step < steps
+
+        def body(step, made, tokens, cursor, done, *caches):  # carries what a step changes; reads the rest
+            after, chosen = self.step(state._replace(tokens=tokens, cursor=cursor, done=done, caches=caches))
+            return (step + 1, made.index_copy(0, step.reshape(1), chosen.unsqueeze(0)), after.tokens, after.cursor,
+                    after.done, *after.caches)
+
+        start = torch.zeros((), dtype=torch.int64, device=steps.device)
+        _, made, tokens, cursor, done, *caches = while_loop(going, body, (start, made, state.tokens, state.cursor,
+                                                                          state.done, *state.caches))
+        return state._replace(tokens=tokens, cursor=cursor, done=done, caches=tuple(caches)), made
+
+    def step(self, state: DecodeState):
+        """One step over every slot: (the state after it, the tokens chosen [slots])."""
         settings = self.settings
         cursor = state.cursor
         input_ids = state.tokens.index_select(1, cursor.reshape(1))

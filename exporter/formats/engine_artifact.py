@@ -6,7 +6,8 @@ the typed structures of ``exporter.engine.state``):
 - ``prefill(Prompt) -> Prefilled``: a prompt, left-padded to a bucket's length (the bucket is ``@main``'s one
   symbolic dim: compiled once per bucket);
 - ``insert(DecodeState, Admission) -> DecodeState``: a prefilled request into a free slot;
-- ``generate(DecodeState) -> (DecodeState, tokens [slots])``: one step over all slots;
+- ``generate(DecodeState, steps) -> (DecodeState, tokens [steps_per_call, slots])``: ``steps`` steps over all
+  slots in one ``stablehlo.while``;
 - ``shift(DecodeState, by) -> DecodeState``: every row moved ``by`` columns left.
 ``@main`` donates the state's leaves (``tf.aliasing_output``): each call updates the state in place.
 
@@ -46,7 +47,8 @@ from .versions import DEFAULT_TARGET, producer_versions, resolve_target_version
 from .weights import alias_map
 
 ENGINE_FORMAT = "torch-stablehlo-engine"
-ENGINE_FORMAT_VERSION = 2  # 2: modules as portable artifacts, the weights indexed as a program bundle's
+ENGINE_FORMAT_VERSION = 3  # 2: modules as portable artifacts, the weights indexed as a program bundle's; 3: k steps
+# per generate call
 ENGINE_MANIFEST = "engine.json"
 PREFILL, INSERT, GENERATE, SHIFT = "prefill", "insert", "generate", "shift"
 ENTRY_POINTS = (PREFILL, INSERT, GENERATE, SHIFT)
@@ -78,6 +80,7 @@ class EngineConfig:
     layer_shapes: tuple[tuple[int, ...], ...]  # [slots, kv heads, max_cache_len, head dim] per cache tensor
     carried_shapes: tuple[tuple[int, ...], ...]  # the same, as the state carries them
     defaults: SamplingDefaults
+    steps_per_call: int = 1             # the most steps one generate call runs
 
     @property
     def max_prompt_len(self) -> int:
@@ -248,10 +251,13 @@ class EngineRunner:
             return torch.tensor(value, dtype=torch.int64)
         self._run(INSERT, Admission(scalar(slot), scalar(prompt_len), scalar(max_new_tokens), sampling, prefilled))
 
-    def generate(self) -> np.ndarray:
-        """One step over all slots: the token each slot made (the pad token where it is done)."""
-        (tokens,) = self._run(GENERATE, ())
-        return np.asarray(tokens)
+    def generate(self, steps: int = 1) -> np.ndarray:
+        """``steps`` steps (1 to ``config.steps_per_call``) over all slots in one call: [steps, slots], the token
+        each slot made at each step (the pad token where it is done)."""
+        if not 1 <= steps <= self.config.steps_per_call:
+            raise ValueError(f"steps must be from 1 to steps_per_call={self.config.steps_per_call}, got {steps}")
+        (tokens,) = self._run(GENERATE, torch.tensor(steps, dtype=torch.int64))
+        return np.asarray(tokens)[:steps]
 
     def shift(self, by: int) -> None:
         """Every row ``by`` columns to the left (the cursor too)."""

@@ -149,7 +149,8 @@ def plain(tree):
 
 
 def test_to_jax_entry_points_driven_by_a_loop(setup):
-    """prefill, insert and generate as JAX functions: two requests side by side, token-exact."""
+    """prefill, insert and generate as JAX functions: two requests side by side, token-exact, the steps made in
+    two generate calls of 3 and 4 steps."""
     _, artifact, _, asked, expected, _ = setup
     models = artifact.to_jax()
     config = artifact.config
@@ -166,10 +167,11 @@ def test_to_jax_entry_points_driven_by_a_loop(setup):
             made[slot] = [int(prefilled.first_token[0])]
             state = models["insert"](state, plain(Admission(np.int64(slot), np.int64(len(prompt)), np.int64(new),
                                                             sampling_rows(1, VOCAB), prefilled)))
-        for _ in range(7):
-            state, tokens = models["generate"](state)
+        for steps in (3, 4):  # 7 steps in two calls of the k-step generate
+            state, tokens = models["generate"](state, np.int64(steps))
+            assert tokens.shape == (config.steps_per_call, SLOTS)
             for slot in made:
-                made[slot].append(int(tokens[slot]))
+                made[slot] += [int(t) for t in tokens[:steps, slot]]
     padded = [e[:8] + [0] * (8 - len(e[:8])) for e in expected[:2]]  # the pad token (0) after a slot's eos
     assert [made[0], made[1]] == padded
 
