@@ -3,7 +3,7 @@
 - ``EnginePrefill``: one prompt, left-padded to a bucket's length, through the model from an empty cache: its
   first new token and its caches (the bucket's columns);
 - ``EngineInsert``: a prefilled request into a free slot, its prompt ending just before the shared cursor;
-- ``EngineGenerate``: one step over every slot (``export_generate``'s decode step, with per-slot ends and sampling);
+- ``EngineGenerate``: one step over every slot (``export_generate``'s decode step, with per-slot ends and sampling), up to ``steps_per_call`` of them in one ``stablehlo.while``;
 - ``EngineShift``: every row moved left by some columns, to make room at the end.
 
 The model runs through ``generate.steps.CausalStep`` (the carried cache layers, positions from the padding), so an
@@ -18,7 +18,7 @@ from torch._higher_order_ops.while_loop import while_loop
 
 from ..generate.settings import GenerationSettings
 from ..generate.steps import CausalStep, carried_shape, one_of, positions_before
-from .state import Admission, DecodeState, Prefilled, Prompt, Sampling
+from .state import Admission, DecodeState, Generated, Prefilled, Prompt, Sampling
 
 _MASK32 = 0xFFFFFFFF
 _MIX = 0x45D9F3B  # an odd multiplier below 2**31: a 32-bit value times it fits an int64
@@ -149,7 +149,7 @@ class EngineGenerate(CausalStep):
         start = torch.zeros((), dtype=torch.int64, device=steps.device)
         _, made, tokens, cursor, done, *caches = while_loop(going, body, (start, made, state.tokens, state.cursor,
                                                                           state.done, *state.caches))
-        return state._replace(tokens=tokens, cursor=cursor, done=done, caches=tuple(caches)), made
+        return Generated(state._replace(tokens=tokens, cursor=cursor, done=done, caches=tuple(caches)), made)
 
     def step(self, state: DecodeState):
         """One step over every slot: (the state after it, the tokens chosen [slots])."""

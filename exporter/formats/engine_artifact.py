@@ -129,6 +129,13 @@ class EngineArtifact:
         nested tuples in field order (``DecodeState(*result)`` names them again)."""
         return {name: entry.to_jax() for name, entry in self.entry_points.items()}
 
+    def save_tf_saved_model(self, path: str | os.PathLike, *, target_version: str = DEFAULT_TARGET) -> Path:
+        """Write a TF SavedModel with one signature per entry point, the decode state in variables (needs
+        tensorflow; see ``formats.engine_saved_model``)."""
+        from .engine_saved_model import save_engine_saved_model  # tensorflow takes seconds to import: only when asked
+
+        return save_engine_saved_model(self, path, target_version=target_version)
+
     def save(self, path: str | os.PathLike, *, target_version: str = DEFAULT_TARGET) -> Path:
         """Write the bundle folder at ``path`` (see the module's docstring); a failure leaves nothing there."""
         version = resolve_target_version(target_version)
