@@ -12,8 +12,10 @@ no eos (every request makes all the tokens it asks for). Workloads:
 Per system: tokens/s (new tokens over the wall time from the first arrival to the last token), time to first token
 and inter-token latency, p50 and p99 over requests / over gaps (a fixed batch returns its tokens at once: its time
 to first token is its request's whole latency, and it streams nothing). Then one generate step with all 8 slots
-busy (one step per call, and the engine's steps per call) against its memory roofline: the bytes it must read (every weight, of the input embedding table one row per
-slot, plus each slot's cache up to the cursor) over the bandwidth XLA reaches summing 512 MB in this run.
+busy (one step per call, and the engine's steps per call) against its memory roofline: the bytes it must read
+(every weight, of the input embedding table one row per slot, plus each slot's cache up to the cursor) over the
+bandwidth XLA reaches summing 512 MB in this run. Prompts are prefilled in buckets of 16, 32, ... 128 tokens (the
+fixed batches pad to the same buckets); the engine runs up to ``STEPS_PER_CALL`` generate steps per call.
 Tokens: the engine's equal ``export_generate``'s for every request, and ``generate``'s alone for two of them.
 Targets (issue 31): >= 4x generate_batch's tokens/s, >= 1.5x fixed batches', p99 inter-token latency no worse than
 theirs; a busy step <= 1.3x its roofline.
@@ -62,6 +64,7 @@ SMALL = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_att
 SLOTS, CACHE, MAX_PROMPT = 8, 512, 128
 PROMPTS, NEW, POISSON_NEW = (8, 120), 64, (16, 128)
 BANDWIDTH_BYTES = 512 * 1024 ** 2
+BUCKETS = tuple(range(16, MAX_PROMPT + 1, 16))  # prompt lengths prefill is compiled for (fixed batches use them too)
 STEPS_PER_CALL = 4  # the engine's generate steps per call: a waiting request waits at most this many
 
 
@@ -84,7 +87,7 @@ def main(options) -> None:
 
     start = time.perf_counter()
     artifact = exporter.export_engine(model, slots=SLOTS, max_cache_len=CACHE, max_prompt_len=MAX_PROMPT,
-                                      steps_per_call=STEPS_PER_CALL)
+                                      buckets=BUCKETS, steps_per_call=STEPS_PER_CALL)
     print(f"export_engine: {time.perf_counter() - start:.0f} s")
     fixed = FixedBatches(model, max(n for _, n in burst + poisson), artifact.config.buckets)
     results = {}

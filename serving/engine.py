@@ -1,10 +1,10 @@
 """``Engine``: continuous batching over an exported engine (``exporter.export_engine``) on one scheduler thread.
 
 The thread loops: it drops cancelled requests, admits waiting ones into free slots (prefill, then insert, shifting
-the rows first where the cursor needs room: ``scheduler.SlotTable``), runs a generate call of a few steps over all slots (``_steps_due``) and
-hands each live request its tokens at once, retiring it at its eos or its ``max_new_tokens``. Requests wait in a
-bounded first-come queue (``QueueFull`` past it); a bad request is refused at ``submit`` (``RequestError``) and
-never reaches the thread.
+the rows first where the cursor needs room: ``scheduler.SlotTable``), runs a generate call of a few steps over all
+slots (``_steps_due``) and hands each live request its tokens at once, retiring it at its eos or its
+``max_new_tokens``. Requests wait in a bounded first-come queue (``QueueFull`` past it); a bad request is refused at
+``submit`` (``RequestError``) and never reaches the thread.
 """
 from __future__ import annotations
 

@@ -42,7 +42,7 @@ class DecodeState(NamedTuple):
 class Generated(NamedTuple):
     """What the generate call returns."""
     state: DecodeState
-    tokens: torch.Tensor          # [steps_per_call, slots] int64: each step's token per slot (pad where done or not run)
+    tokens: torch.Tensor          # [steps_per_call, slots] int64: each step's tokens (pad where done or not run)
 
 
 class Prompt(NamedTuple):

@@ -3,7 +3,8 @@
 - ``EnginePrefill``: one prompt, left-padded to a bucket's length, through the model from an empty cache: its
   first new token and its caches (the bucket's columns);
 - ``EngineInsert``: a prefilled request into a free slot, its prompt ending just before the shared cursor;
-- ``EngineGenerate``: one step over every slot (``export_generate``'s decode step, with per-slot ends and sampling), up to ``steps_per_call`` of them in one ``stablehlo.while``;
+- ``EngineGenerate``: steps over every slot (``export_generate``'s decode step, with per-slot ends and sampling),
+  up to ``steps_per_call`` of them in one ``stablehlo.while``;
 - ``EngineShift``: every row moved left by some columns, to make room at the end.
 
 The model runs through ``generate.steps.CausalStep`` (the carried cache layers, positions from the padding), so an
