@@ -197,7 +197,8 @@ def _load_engine(folder: FolderSnapshot, platform: str, trusted: bool) -> Engine
 
 
 def _check_config(where: Path, config: EngineConfig, entries: dict[str, StableHLOArtifact]) -> None:
-    """Raise BundleError unless every bucket is a length prefill's symbolic dim takes, and the state the runner
+    """Raise BundleError unless every bucket is a length prefill's symbolic dim takes, generate returns
+    ``steps_per_call`` rows of tokens, and the state the runner
     builds from ``config`` (every slot free) is, leaf by leaf in shape and dtype, the state each entry point that
     takes one takes (its first inputs)."""
     for dim, (low, high) in entries[PREFILL].signature.dims.items():
@@ -211,6 +212,11 @@ def _check_config(where: Path, config: EngineConfig, entries: dict[str, StableHL
     except RuntimeError as error:
         raise BundleError(f"{where} is invalid: manifest field config: no state can be built of it ({error})") \
             from None
+    made = entries[GENERATE].signature.main_outputs[-1].tensor  # the tokens, [steps_per_call, slots]
+    if made is None or list(made.shape) != [config.steps_per_call, config.slots]:
+        raise BundleError(f"{where} is invalid: manifest field config.steps_per_call: {config.steps_per_call} steps "
+                          f"of {config.slots} slots; entry point 'generate' returns tokens "
+                          f"{list(made.shape) if made is not None else '(none)'}")
     built = [f"{dtype_name(leaf.dtype)}{list(leaf.shape)}" for leaf in leaves]
     for name in (INSERT, GENERATE, SHIFT):
         slots = entries[name].signature.user_inputs[:len(leaves)]
