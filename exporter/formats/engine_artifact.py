@@ -212,11 +212,6 @@ def _check_config(where: Path, config: EngineConfig, entries: dict[str, StableHL
     except RuntimeError as error:
         raise BundleError(f"{where} is invalid: manifest field config: no state can be built of it ({error})") \
             from None
-    made = entries[GENERATE].signature.main_outputs[-1].tensor  # the tokens, [steps_per_call, slots]
-    if made is None or list(made.shape) != [config.steps_per_call, config.slots]:
-        raise BundleError(f"{where} is invalid: manifest field config.steps_per_call: {config.steps_per_call} steps "
-                          f"of {config.slots} slots; entry point 'generate' returns tokens "
-                          f"{list(made.shape) if made is not None else '(none)'}")
     built = [f"{dtype_name(leaf.dtype)}{list(leaf.shape)}" for leaf in leaves]
     for name in (INSERT, GENERATE, SHIFT):
         slots = entries[name].signature.user_inputs[:len(leaves)]
@@ -227,6 +222,11 @@ def _check_config(where: Path, config: EngineConfig, entries: dict[str, StableHL
                               f"leaves, leaf {index} {built[index] if index < len(built) else '(none)'}; entry "
                               f"point {name!r} takes {len(taken)}, leaf {index} "
                               f"{taken[index] if index < len(taken) else '(none)'}")
+    made = entries[GENERATE].signature.main_outputs[-1].tensor  # the tokens, [steps_per_call, slots]
+    if made is None or list(made.shape) != [config.steps_per_call, config.slots]:
+        raise BundleError(f"{where} is invalid: manifest field config.steps_per_call: {config.steps_per_call} steps "
+                          f"of {config.slots} slots; entry point 'generate' returns tokens "
+                          f"{list(made.shape) if made is not None else '(none)'}")
 
 
 class EngineRunner:
