@@ -97,12 +97,14 @@ class Engine:
         return request
 
     def _cancel(self, request: Request) -> None:
+        """The request ends at once (``cancelled``: no token after this reaches it); a live one's slot is freed by
+        the thread before its next generate call."""
         with self._lock:
             if request in self._waiting:
                 self._waiting.remove(request)
-                request._finish(CANCELLED)
             else:
                 self._cancelled.add(request)
+            request._finish(CANCELLED)
             self._lock.notify_all()
 
     def close(self) -> None:

@@ -23,7 +23,6 @@ from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
 from torch_stablehlo.aten_lowerings import (LoweringContext, PaddedDims, is_padded, keeps_padding, lowering_for, op_name,
                                             per_platform, seeded_key, tensor_type)
-from torch_stablehlo.aten_lowerings.constants import array_constant
 from torch_stablehlo.exported_program import STATE, returned_placeholders
 from torch_stablehlo.stablehlo_ir.refine import ShapeRefinementError, refine_shapes
 from torch_stablehlo.stablehlo_ir.platforms import platform_index_attributes
@@ -164,9 +163,8 @@ class GraphLowering:
         for node in nodes:
             if node.op == "placeholder":
                 env[node] = next(placeholders)
-            elif node.op == "get_attr":  # a nested graph, or a tensor constant of one (export lifts only the top's)
-                value = getattr(graph_module, node.target)
-                env[node] = array_constant(value.numpy(), value.dtype) if isinstance(value, torch.Tensor) else value
+            elif node.op == "get_attr":
+                env[node] = getattr(graph_module, node.target)
             elif node.op == "call_function":
                 write = writes.get(node)
                 env[node] = value = self._lower_call(node, env, write.twin if write else node.target)

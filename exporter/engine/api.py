@@ -19,8 +19,9 @@ from ..formats.engine_artifact import (GENERATE, INSERT, PREFILL, SHIFT, EngineA
 from ..generate.compose import merged_weights
 from ..generate.settings import SAMPLING_DEFAULTS, GenerationSettings, resolve_settings
 from ..generate.steps import carried_shape, layer_shapes
+from .loop import looped
 from .state import Admission, Prefilled, Prompt, sampling_rows
-from .steps import EngineGenerate, EngineInsert, EnginePrefill, EngineShift
+from .steps import EngineGenerate, EngineInsert, EnginePrefill, EngineShift, EngineStep
 
 BUCKET_DIM = "bucket"
 SMALLEST_BUCKET = 16
@@ -71,8 +72,9 @@ def export_engine(model, slots: int = 8, max_cache_len: int = 2048, *, max_promp
     steps = {PREFILL: prefill,
              INSERT: export_to_stablehlo(EngineInsert(shapes), (state, admission),
                                          dynamic_shapes=(_static(state), admission_dims)),
-             GENERATE: export_to_stablehlo(EngineGenerate(model, settings, steps_per_call),
-                                           (state, torch.tensor(1))),
+             GENERATE: looped(export_to_stablehlo(EngineStep(model, settings), (state,)),
+                             export_to_stablehlo(EngineGenerate(steps_per_call, settings.pad_token_id),
+                                                 (state, torch.tensor(1))), settings.pad_token_id),
              SHIFT: export_to_stablehlo(EngineShift(), (state, torch.tensor(1)))}
     weight_slots, weights, taken = merged_weights(steps)
     by_target = {slot.target: slot for slot in weight_slots}

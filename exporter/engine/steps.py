@@ -3,8 +3,9 @@
 - ``EnginePrefill``: one prompt, left-padded to a bucket's length, through the model from an empty cache: its
   first new token and its caches (the bucket's columns);
 - ``EngineInsert``: a prefilled request into a free slot, its prompt ending just before the shared cursor;
-- ``EngineGenerate``: steps over every slot (``export_generate``'s decode step, with per-slot ends and sampling),
-  up to ``steps_per_call`` of them in one ``stablehlo.while``;
+- ``EngineStep``: one step over every slot (``export_generate``'s decode step, with per-slot ends and sampling),
+  which ``loop.looped`` calls up to ``steps_per_call`` times in one ``stablehlo.while`` (the generate entry point,
+  whose calling convention ``EngineGenerate`` gives);
 - ``EngineShift``: every row moved left by some columns, to make room at the end.
 
 The model runs through ``generate.steps.CausalStep`` (the carried cache layers, positions from the padding), so an
@@ -15,7 +16,7 @@ request's tokens do not depend on what runs beside it.
 from __future__ import annotations
 
 import torch
-from torch._higher_order_ops.while_loop import while_loop
+import torch.utils._pytree as pytree
 
 from ..generate.settings import GenerationSettings
 from ..generate.steps import CausalStep, carried_shape, one_of, positions_before
@@ -125,35 +126,12 @@ class EngineInsert(torch.nn.Module):
             caches=tuple(written))
 
 
-class EngineGenerate(CausalStep):
-    """Up to ``steps_per_call`` steps over every slot in one ``stablehlo.while`` (``steps``, 1 to
-    ``steps_per_call``, of them; one call amortised over them): each step runs each slot's token at the cursor
-    through the model and writes the next one chosen after it (the pad token where the slot is done). Returns (the
-    state, the tokens chosen [steps_per_call, slots], the pad token in the rows of the steps not run)."""
+class EngineStep(CausalStep):
+    """One step over every slot: each slot's token at the cursor through the model, the next one chosen and
+    written after it (the pad token where the slot is done); returns (the state, the tokens chosen [slots]).
+    ``loop.looped`` calls it up to ``steps_per_call`` times per generate call."""
 
-    def __init__(self, model, settings: GenerationSettings, steps_per_call: int):
-        super().__init__(model, settings)
-        self.steps_per_call = steps_per_call
-
-    def forward(self, state: DecodeState, steps: torch.Tensor):
-        made = torch.full((self.steps_per_call, state.done.shape[0]), self.settings.pad_token_id, dtype=torch.int64,
-                          device=steps.device)
-
-        def going(step, made, tokens, cursor, done, *caches):
-            return step < steps
-
-        def body(step, made, tokens, cursor, done, *caches):  # carries what a step changes; reads the rest
-            after, chosen = self.step(state._replace(tokens=tokens, cursor=cursor, done=done, caches=caches))
-            return (step + 1, made.index_copy(0, step.reshape(1), chosen.unsqueeze(0)), after.tokens, after.cursor,
-                    after.done, *after.caches)
-
-        start = torch.zeros((), dtype=torch.int64, device=steps.device)
-        _, made, tokens, cursor, done, *caches = while_loop(going, body, (start, made, state.tokens, state.cursor,
-                                                                          state.done, *state.caches))
-        return Generated(state._replace(tokens=tokens, cursor=cursor, done=done, caches=tuple(caches)), made)
-
-    def step(self, state: DecodeState):
-        """One step over every slot: (the state after it, the tokens chosen [slots])."""
+    def forward(self, state: DecodeState):
         settings = self.settings
         cursor = state.cursor
         input_ids = state.tokens.index_select(1, cursor.reshape(1))
@@ -167,6 +145,21 @@ class EngineGenerate(CausalStep):
             done = done | one_of(chosen, settings.eos_token_ids)
         tokens = state.tokens.index_copy(1, column.reshape(1), chosen.unsqueeze(1))
         return state._replace(tokens=tokens, cursor=column, done=done, caches=tuple(caches)), chosen
+
+
+class EngineGenerate(torch.nn.Module):
+    """The generate entry point's calling convention, exported for its signature only: (the state, ``steps``) ->
+    ``Generated`` (the state, tokens [steps_per_call, slots]). Its body here is a stand-in (the state as it was,
+    pad tokens); the entry point's module is ``loop.looped`` over the converted ``EngineStep``."""
+
+    def __init__(self, steps_per_call: int, pad_token_id: int):
+        super().__init__()
+        self.steps_per_call, self.pad_token_id = steps_per_call, pad_token_id
+
+    def forward(self, state: DecodeState, steps: torch.Tensor) -> Generated:
+        made = torch.full((self.steps_per_call, state.done.shape[0]), self.pad_token_id, dtype=torch.int64,
+                          device=steps.device)
+        return Generated(pytree.tree_map(torch.clone, state), made + 0 * steps)
 
 
 class EngineShift(torch.nn.Module):
