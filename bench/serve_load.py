@@ -12,8 +12,10 @@ no eos (every request makes all the tokens it asks for). Workloads:
 Per system: tokens/s (new tokens over the wall time from the first arrival to the last token), time to first token
 and inter-token latency, p50 and p99 over requests / over gaps (a fixed batch returns its tokens at once: its time
 to first token is its request's whole latency, and it streams nothing). Then one generate step with all 8 slots
-busy against its memory roofline: the bytes it must read (every weight, of the input embedding table one row per
-slot, plus each slot's cache up to the cursor) over the bandwidth XLA reaches summing 512 MB in this run.
+busy (one step per call, and the engine's steps per call) against its memory roofline: the bytes it must read
+(every weight, of the input embedding table one row per slot, plus each slot's cache up to the cursor) over the
+bandwidth XLA reaches summing 512 MB in this run. Prompts are prefilled in buckets of 16, 32, ... 128 tokens (the
+fixed batches pad to the same buckets); the engine runs up to ``STEPS_PER_CALL`` generate steps per call.
 Tokens: the engine's equal ``export_generate``'s for every request, and ``generate``'s alone for two of them.
 Targets (issue 31): >= 4x generate_batch's tokens/s, >= 1.5x fixed batches', p99 inter-token latency no worse than
 theirs; a busy step <= 1.3x its roofline.
@@ -62,6 +64,8 @@ SMALL = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_att
 SLOTS, CACHE, MAX_PROMPT = 8, 512, 128
 PROMPTS, NEW, POISSON_NEW = (8, 120), 64, (16, 128)
 BANDWIDTH_BYTES = 512 * 1024 ** 2
+BUCKETS = tuple(range(16, MAX_PROMPT + 1, 16))  # prompt lengths prefill is compiled for (fixed batches use them too)
+STEPS_PER_CALL = 4  # the engine's generate steps per call: a waiting request waits at most this many
 
 
 def main(options) -> None:
@@ -71,7 +75,8 @@ def main(options) -> None:
     model = build(size)
     print(f"decoder: {size['num_hidden_layers']} layers, {size['hidden_size']} wide, vocabulary {size['vocab_size']}, "
           f"{sum(p.numel() for p in model.parameters()) / 1e6:.1f}M parameters; {SLOTS} slots, cache {CACHE}, "
-          f"{options.threads} threads; CPU: {cpu_name()} (a shared machine: other work may run beside)")
+          f"{options.threads} threads; CPU: {cpu_name()}; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} "
+          "CPUs (a shared machine: other work may run beside)")
     generator = np.random.default_rng(0)
     burst = [(generator.integers(3, size["vocab_size"], generator.integers(*PROMPTS, endpoint=True)).tolist(), new)
              for _ in range(options.requests)]
@@ -81,7 +86,8 @@ def main(options) -> None:
                for _ in range(options.requests)]
 
     start = time.perf_counter()
-    artifact = exporter.export_engine(model, slots=SLOTS, max_cache_len=CACHE, max_prompt_len=MAX_PROMPT)
+    artifact = exporter.export_engine(model, slots=SLOTS, max_cache_len=CACHE, max_prompt_len=MAX_PROMPT,
+                                      buckets=BUCKETS, steps_per_call=STEPS_PER_CALL)
     print(f"export_engine: {time.perf_counter() - start:.0f} s")
     fixed = FixedBatches(model, max(n for _, n in burst + poisson), artifact.config.buckets)
     results = {}
@@ -109,8 +115,10 @@ def main(options) -> None:
         print(f"{name:<9}{system:<20}{r.tokens_per_s:>9.1f}{r.tokens_per_s / hf.tokens_per_s if hf else float('nan'):>7.2f}"
               f"{r.tokens_per_s / fixed_r.tokens_per_s:>8.2f}{r.ttft(50):>10.0f}{r.ttft(99):>8.0f}"
               f"{r.itl(50):>9.1f}{r.itl(99):>8.1f}")
-    print(f"generate step, {SLOTS} slots busy: {step_ms:.2f} ms; roofline {roofline_ms:.2f} ms at "
-          f"{bandwidth / 1e9:.1f} GB/s: {step_ms / roofline_ms:.2f}x")
+    for per_call, ms in step_ms.items():
+        print(f"generate step, {SLOTS} slots busy, {per_call} step(s) per call: {ms:.2f} ms; roofline "
+              f"{roofline_ms:.2f} ms at {bandwidth / 1e9:.1f} GB/s: {ms / roofline_ms:.2f}x")
+    print(f"load average at the end: {' '.join(f'{v:.1f}' for v in os.getloadavg())} on {os.cpu_count()} CPUs")
     targets = {"burst: engine >= 4x HF generate_batch": results["burst", "engine"].tokens_per_s
                / results["burst", "HF generate_batch"].tokens_per_s >= 4}
     for name in ("burst", "poisson"):
@@ -118,7 +126,7 @@ def main(options) -> None:
         targets[f"{name}: engine >= 1.5x fixed batches"] = ours.tokens_per_s / fixed_r.tokens_per_s >= 1.5
     targets["burst: engine's p99 inter-token latency <= HF generate_batch's"] = \
         results["burst", "engine"].itl(99) <= results["burst", "HF generate_batch"].itl(99)
-    targets["busy generate step <= 1.3x its roofline"] = step_ms / roofline_ms <= 1.3
+    targets["busy generate step <= 1.3x its roofline"] = min(step_ms.values()) / roofline_ms <= 1.3
     for target, met in targets.items():
         print(f"target: {target}: {'met' if met else 'missed'}")
 
@@ -252,20 +260,23 @@ def run_generate_batch(model, workload) -> Result:
     return Result([start] * len(workload), [o.timestamps for o in ordered], [o.generated_tokens for o in ordered])
 
 
-def busy_step(engine: Engine, artifact, model, size: dict) -> tuple[float, float, float]:
-    """(ms of one generate step with every slot busy, its roofline in ms, the bandwidth in bytes/s)."""
+def busy_step(engine: Engine, artifact, model, size: dict) -> tuple[dict, float, float]:
+    """(ms per generate step with every slot busy, by steps per call: 1 and the engine's; its roofline in ms; the
+    bandwidth in bytes/s)."""
     runner = engine._runner  # the engine is idle now: its runner's state is free to fill
     sampling = sampling_rows(1, size["vocab_size"])
     for slot in range(SLOTS):
         prompt = [5 + slot] * 64
         runner.insert(slot, len(prompt), 300, sampling, runner.prefill(prompt, sampling))
-    runner.generate()
-    steps = 32
-    start = time.perf_counter()
-    for _ in range(steps):
-        runner.generate()
-    step_ms = (time.perf_counter() - start) / steps * 1e3
-    cursor = engine._table.cursor + steps / 2  # the steps' mean cursor
+    step_ms, steps, cursor = {}, 32, engine._table.cursor
+    for per_call in sorted({1, engine.steps_per_call}):
+        runner.generate(per_call)
+        start = time.perf_counter()
+        for _ in range(steps // per_call):
+            runner.generate(per_call)
+        step_ms[per_call] = (time.perf_counter() - start) / (steps // per_call * per_call) * 1e3
+        cursor += per_call + steps // per_call * per_call
+    cursor -= steps / 2  # the last run's mean cursor
     runner.reset()
     data = jax.device_put(np.ones(BANDWIDTH_BYTES // 4, np.float32))
     total = jax.jit(jnp.sum)

@@ -1,10 +1,10 @@
 """``Engine``: continuous batching over an exported engine (``exporter.export_engine``) on one scheduler thread.
 
 The thread loops: it drops cancelled requests, admits waiting ones into free slots (prefill, then insert, shifting
-the rows first where the cursor needs room: ``scheduler.SlotTable``), runs one generate step over all slots and
-hands each live request its token at once, retiring it at its eos or its ``max_new_tokens``. Requests wait in a
-bounded first-come queue (``QueueFull`` past it); a bad request is refused at ``submit`` (``RequestError``) and
-never reaches the thread.
+the rows first where the cursor needs room: ``scheduler.SlotTable``), runs a generate call of a few steps over all
+slots (``_steps_due``) and hands each live request its tokens at once, retiring it at its eos or its
+``max_new_tokens``. Requests wait in a bounded first-come queue (``QueueFull`` past it); a bad request is refused at
+``submit`` (``RequestError``) and never reaches the thread.
 """
 from __future__ import annotations
 
@@ -25,14 +25,22 @@ LOG = logging.getLogger(__name__)
 
 class Engine:
     """Serves an ``EngineArtifact``: ``submit`` requests, read their tokens as they are made. Use it as a context
-    manager, or ``close()`` it (waiting and live requests are cancelled)."""
+    manager, or ``close()`` it (waiting and live requests are cancelled). Each generate call runs up to
+    ``steps_per_call`` steps (default: as many as the export allows): more amortise the call, fewer let waiting
+    requests in sooner and stream tokens more evenly."""
 
-    def __init__(self, artifact: EngineArtifact, max_queue: int = 64, platform: str = "cpu"):
+    def __init__(self, artifact: EngineArtifact, max_queue: int = 64, platform: str = "cpu",
+                 steps_per_call: int | None = None):
         if not isinstance(artifact, EngineArtifact):
             raise TypeError(f"Engine takes an EngineArtifact (exporter.export_engine, or load_artifact of its bundle), "
                             f"got {type(artifact).__name__}")
         self.config = artifact.config
         self.max_queue = max_queue
+        most = self.config.steps_per_call
+        if steps_per_call is not None and not (isinstance(steps_per_call, int) and 1 <= steps_per_call <= most):
+            raise ValueError(f"steps_per_call must be an int from 1 to {most} (the engine's export), got "
+                             f"{steps_per_call!r}")
+        self.steps_per_call = steps_per_call or most
         self._runner = artifact.runner(platform)
         self._table = SlotTable(self.config.slots, self.config.max_cache_len, self.config.max_prompt_len)
         self._waiting: collections.deque[Request] = collections.deque()
@@ -89,12 +97,14 @@ class Engine:
         return request
 
     def _cancel(self, request: Request) -> None:
+        """The request ends at once (``cancelled``: no token after this reaches it); a live one's slot is freed by
+        the thread before its next generate call."""
         with self._lock:
             if request in self._waiting:
                 self._waiting.remove(request)
-                request._finish(CANCELLED)
             else:
                 self._cancelled.add(request)
+            request._finish(CANCELLED)
             self._lock.notify_all()
 
     def close(self) -> None:
@@ -163,14 +173,25 @@ class Engine:
                 self._live[slot] = request
 
     def _step(self) -> None:
-        tokens = self._runner.generate()
-        self._table.stepped()
+        steps = self._steps_due()
+        tokens = self._runner.generate(steps)
+        self._table.stepped(steps)
         for slot, request in list(self._live.items()):
-            token = int(tokens[slot])
-            finish = self._finish_reason(request, token, request.completion_tokens + 1)
-            request._push(token, finish)
-            if finish is not None:
-                self._retire(slot, finish)
+            for token in tokens[:, slot].tolist():
+                finish = self._finish_reason(request, token, request.completion_tokens + 1)
+                request._push(token, finish)
+                if finish is not None:
+                    self._retire(slot, finish)
+                    break
+
+    def _steps_due(self) -> int:
+        """How many steps the next generate call runs: at most ``steps_per_call``, and no more than any live
+        request still needs (the cursor stays inside every slot's columns); where a request waits, no more than
+        the first to end needs, so its slot is free for the waiting one at once."""
+        left = [request.max_new_tokens - request.completion_tokens for request in self._live.values()]
+        with self._lock:
+            waiting = bool(self._waiting)
+        return max(1, min(self.steps_per_call, min(left) if waiting else max(left)))
 
     def _finish_reason(self, request: Request, token: int, made: int) -> str | None:
         if token in self.config.eos_token_ids:

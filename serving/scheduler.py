@@ -59,8 +59,8 @@ class SlotTable:
         self.live[slot] = Placed(self.cursor - prompt_len, self.cursor + max_new_tokens - 1)
         return slot
 
-    def stepped(self) -> None:
-        self.cursor += 1
+    def stepped(self, steps: int = 1) -> None:
+        self.cursor += steps
 
     def release(self, slot: int) -> None:
         if self.live.pop(slot, None) is not None:

@@ -19,11 +19,13 @@ from ..formats.engine_artifact import (GENERATE, INSERT, PREFILL, SHIFT, EngineA
 from ..generate.compose import merged_weights
 from ..generate.settings import SAMPLING_DEFAULTS, GenerationSettings, resolve_settings
 from ..generate.steps import carried_shape, layer_shapes
+from .loop import looped
 from .state import Admission, Prefilled, Prompt, sampling_rows
-from .steps import EngineGenerate, EngineInsert, EnginePrefill, EngineShift
+from .steps import EngineGenerate, EngineInsert, EnginePrefill, EngineShift, EngineStep
 
 BUCKET_DIM = "bucket"
 SMALLEST_BUCKET = 16
+STEPS_PER_CALL = 8  # the most generate steps one call runs
 ALIASING_ATTR = "tf.aliasing_output"
 # generation_config settings whose logits processors export_generate applies and the engine does not (yet)
 _UNAPPLIED = ("min_new_tokens", "min_length", "repetition_penalty", "no_repeat_ngram_size", "bad_words_ids",
@@ -31,7 +33,7 @@ _UNAPPLIED = ("min_new_tokens", "min_length", "repetition_penalty", "no_repeat_n
 
 
 def export_engine(model, slots: int = 8, max_cache_len: int = 2048, *, max_prompt_len: int | None = None,
-                  buckets=None) -> EngineArtifact:
+                  buckets=None, steps_per_call: int = STEPS_PER_CALL) -> EngineArtifact:
     """The engine of ``model`` (a transformers causal LM in eval mode, its layers full or sliding-window
     attention): ``slots`` requests decoded at once, each holding up to ``max_cache_len`` tokens (its prompt's
     bucket and its new tokens). Prompts of 1 to ``max_prompt_len`` tokens (default ``max_cache_len // 2``) are
@@ -43,6 +45,8 @@ def export_engine(model, slots: int = 8, max_cache_len: int = 2048, *, max_promp
         raise NotImplementedError("export_engine serves decoder-only causal LMs; an encoder-decoder is not supported")
     if not isinstance(slots, int) or slots < 1:
         raise ValueError(f"slots must be a positive int, got {slots!r}")
+    if not isinstance(steps_per_call, int) or steps_per_call < 1:
+        raise ValueError(f"steps_per_call must be a positive int, got {steps_per_call!r}")
     max_prompt_len = max_prompt_len or max_cache_len // 2
     buckets = _buckets(buckets, max_prompt_len, max_cache_len)
     vocab_size = model.get_output_embeddings().weight.shape[0]
@@ -52,7 +56,7 @@ def export_engine(model, slots: int = 8, max_cache_len: int = 2048, *, max_promp
                           eos_token_ids=settings.eos_token_ids, pad_token_id=settings.pad_token_id,
                           cache_dtype=dtype_name(model.dtype), layer_shapes=tuple(shapes),
                           carried_shapes=tuple(carried_shape(s) for s in shapes),
-                          defaults=sampling_defaults(model.generation_config))
+                          defaults=sampling_defaults(model.generation_config), steps_per_call=steps_per_call)
     state = config.empty_state()
     bucket = Dim(BUCKET_DIM, min=2, max=buckets[-1])
     prompt = Prompt(torch.ones(1, buckets[0], dtype=torch.int64), torch.ones(1, buckets[0], dtype=torch.int64),
@@ -68,7 +72,9 @@ def export_engine(model, slots: int = 8, max_cache_len: int = 2048, *, max_promp
     steps = {PREFILL: prefill,
              INSERT: export_to_stablehlo(EngineInsert(shapes), (state, admission),
                                          dynamic_shapes=(_static(state), admission_dims)),
-             GENERATE: export_to_stablehlo(EngineGenerate(model, settings), (state,)),
+             GENERATE: looped(export_to_stablehlo(EngineStep(model, settings), (state,)),
+                             export_to_stablehlo(EngineGenerate(steps_per_call, settings.pad_token_id),
+                                                 (state, torch.tensor(1))), settings.pad_token_id),
              SHIFT: export_to_stablehlo(EngineShift(), (state, torch.tensor(1)))}
     weight_slots, weights, taken = merged_weights(steps)
     by_target = {slot.target: slot for slot in weight_slots}

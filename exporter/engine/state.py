@@ -39,6 +39,12 @@ class DecodeState(NamedTuple):
     caches: tuple              # per layer keys then values, [slots, kv heads, max_cache_len, head dim] (carried)
 
 
+class Generated(NamedTuple):
+    """What the generate call returns."""
+    state: DecodeState
+    tokens: torch.Tensor          # [steps_per_call, slots] int64: each step's tokens (pad where done or not run)
+
+
 class Prompt(NamedTuple):
     """What the prefill takes: one prompt, left-padded to a bucket's length."""
     input_ids: torch.Tensor       # [1, bucket] int64

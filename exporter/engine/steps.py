@@ -3,7 +3,9 @@
 - ``EnginePrefill``: one prompt, left-padded to a bucket's length, through the model from an empty cache: its
   first new token and its caches (the bucket's columns);
 - ``EngineInsert``: a prefilled request into a free slot, its prompt ending just before the shared cursor;
-- ``EngineGenerate``: one step over every slot (``export_generate``'s decode step, with per-slot ends and sampling);
+- ``EngineStep``: one step over every slot (``export_generate``'s decode step, with per-slot ends and sampling),
+  which ``loop.looped`` calls up to ``steps_per_call`` times in one ``stablehlo.while`` (the generate entry point,
+  whose calling convention ``EngineGenerate`` gives);
 - ``EngineShift``: every row moved left by some columns, to make room at the end.
 
 The model runs through ``generate.steps.CausalStep`` (the carried cache layers, positions from the padding), so an
@@ -14,10 +16,11 @@ request's tokens do not depend on what runs beside it.
 from __future__ import annotations
 
 import torch
+import torch.utils._pytree as pytree
 
 from ..generate.settings import GenerationSettings
 from ..generate.steps import CausalStep, carried_shape, one_of, positions_before
-from .state import Admission, DecodeState, Prefilled, Prompt, Sampling
+from .state import Admission, DecodeState, Generated, Prefilled, Prompt, Sampling
 
 _MASK32 = 0xFFFFFFFF
 _MIX = 0x45D9F3B  # an odd multiplier below 2**31: a 32-bit value times it fits an int64
@@ -123,9 +126,10 @@ class EngineInsert(torch.nn.Module):
             caches=tuple(written))
 
 
-class EngineGenerate(CausalStep):
+class EngineStep(CausalStep):
     """One step over every slot: each slot's token at the cursor through the model, the next one chosen and
-    written after it (the pad token where the slot is done); returns (the state, the chosen tokens [slots])."""
+    written after it (the pad token where the slot is done); returns (the state, the tokens chosen [slots]).
+    ``loop.looped`` calls it up to ``steps_per_call`` times per generate call."""
 
     def forward(self, state: DecodeState):
         settings = self.settings
@@ -141,6 +145,21 @@ class EngineGenerate(CausalStep):
             done = done | one_of(chosen, settings.eos_token_ids)
         tokens = state.tokens.index_copy(1, column.reshape(1), chosen.unsqueeze(1))
         return state._replace(tokens=tokens, cursor=column, done=done, caches=tuple(caches)), chosen
+
+
+class EngineGenerate(torch.nn.Module):
+    """The generate entry point's calling convention, exported for its signature only: (the state, ``steps``) ->
+    ``Generated`` (the state, tokens [steps_per_call, slots]). Its body here is a stand-in (the state as it was,
+    pad tokens); the entry point's module is ``loop.looped`` over the converted ``EngineStep``."""
+
+    def __init__(self, steps_per_call: int, pad_token_id: int):
+        super().__init__()
+        self.steps_per_call, self.pad_token_id = steps_per_call, pad_token_id
+
+    def forward(self, state: DecodeState, steps: torch.Tensor) -> Generated:
+        made = torch.full((self.steps_per_call, state.done.shape[0]), self.pad_token_id, dtype=torch.int64,
+                          device=steps.device)
+        return Generated(pytree.tree_map(torch.clone, state), made + 0 * steps)
 
 
 class EngineShift(torch.nn.Module):

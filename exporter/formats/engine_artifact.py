@@ -6,7 +6,8 @@ the typed structures of ``exporter.engine.state``):
 - ``prefill(Prompt) -> Prefilled``: a prompt, left-padded to a bucket's length (the bucket is ``@main``'s one
   symbolic dim: compiled once per bucket);
 - ``insert(DecodeState, Admission) -> DecodeState``: a prefilled request into a free slot;
-- ``generate(DecodeState) -> (DecodeState, tokens [slots])``: one step over all slots;
+- ``generate(DecodeState, steps) -> (DecodeState, tokens [steps_per_call, slots])``: ``steps`` steps over all
+  slots in one ``stablehlo.while``;
 - ``shift(DecodeState, by) -> DecodeState``: every row moved ``by`` columns left.
 ``@main`` donates the state's leaves (``tf.aliasing_output``): each call updates the state in place.
 
@@ -46,7 +47,8 @@ from .versions import DEFAULT_TARGET, producer_versions, resolve_target_version
 from .weights import alias_map
 
 ENGINE_FORMAT = "torch-stablehlo-engine"
-ENGINE_FORMAT_VERSION = 2  # 2: modules as portable artifacts, the weights indexed as a program bundle's
+ENGINE_FORMAT_VERSION = 3  # 2: modules as portable artifacts, the weights indexed as a program bundle's; 3: k steps
+# per generate call
 ENGINE_MANIFEST = "engine.json"
 PREFILL, INSERT, GENERATE, SHIFT = "prefill", "insert", "generate", "shift"
 ENTRY_POINTS = (PREFILL, INSERT, GENERATE, SHIFT)
@@ -78,6 +80,7 @@ class EngineConfig:
     layer_shapes: tuple[tuple[int, ...], ...]  # [slots, kv heads, max_cache_len, head dim] per cache tensor
     carried_shapes: tuple[tuple[int, ...], ...]  # the same, as the state carries them
     defaults: SamplingDefaults
+    steps_per_call: int = 1             # the most steps one generate call runs
 
     @property
     def max_prompt_len(self) -> int:
@@ -125,6 +128,13 @@ class EngineArtifact:
         flat leaves of its inputs); called, it takes and returns the typed structures of ``engine.state`` as plain
         nested tuples in field order (``DecodeState(*result)`` names them again)."""
         return {name: entry.to_jax() for name, entry in self.entry_points.items()}
+
+    def save_tf_saved_model(self, path: str | os.PathLike, *, target_version: str = DEFAULT_TARGET) -> Path:
+        """Write a TF SavedModel with one signature per entry point, the decode state in variables (needs
+        tensorflow; see ``formats.engine_saved_model``)."""
+        from .engine_saved_model import save_engine_saved_model  # tensorflow takes seconds to import: only when asked
+
+        return save_engine_saved_model(self, path, target_version=target_version)
 
     def save(self, path: str | os.PathLike, *, target_version: str = DEFAULT_TARGET) -> Path:
         """Write the bundle folder at ``path`` (see the module's docstring); a failure leaves nothing there."""
@@ -187,7 +197,8 @@ def _load_engine(folder: FolderSnapshot, platform: str, trusted: bool) -> Engine
 
 
 def _check_config(where: Path, config: EngineConfig, entries: dict[str, StableHLOArtifact]) -> None:
-    """Raise BundleError unless every bucket is a length prefill's symbolic dim takes, and the state the runner
+    """Raise BundleError unless every bucket is a length prefill's symbolic dim takes, generate returns
+    ``steps_per_call`` rows of tokens, and the state the runner
     builds from ``config`` (every slot free) is, leaf by leaf in shape and dtype, the state each entry point that
     takes one takes (its first inputs)."""
     for dim, (low, high) in entries[PREFILL].signature.dims.items():
@@ -211,6 +222,11 @@ def _check_config(where: Path, config: EngineConfig, entries: dict[str, StableHL
                               f"leaves, leaf {index} {built[index] if index < len(built) else '(none)'}; entry "
                               f"point {name!r} takes {len(taken)}, leaf {index} "
                               f"{taken[index] if index < len(taken) else '(none)'}")
+    made = entries[GENERATE].signature.main_outputs[-1].tensor  # the tokens, [steps_per_call, slots]
+    if made is None or list(made.shape) != [config.steps_per_call, config.slots]:
+        raise BundleError(f"{where} is invalid: manifest field config.steps_per_call: {config.steps_per_call} steps "
+                          f"of {config.slots} slots; entry point 'generate' returns tokens "
+                          f"{list(made.shape) if made is not None else '(none)'}")
 
 
 class EngineRunner:
@@ -248,10 +264,13 @@ class EngineRunner:
             return torch.tensor(value, dtype=torch.int64)
         self._run(INSERT, Admission(scalar(slot), scalar(prompt_len), scalar(max_new_tokens), sampling, prefilled))
 
-    def generate(self) -> np.ndarray:
-        """One step over all slots: the token each slot made (the pad token where it is done)."""
-        (tokens,) = self._run(GENERATE, ())
-        return np.asarray(tokens)
+    def generate(self, steps: int = 1) -> np.ndarray:
+        """``steps`` steps (1 to ``config.steps_per_call``) over all slots in one call: [steps, slots], the token
+        each slot made at each step (the pad token where it is done)."""
+        if not 1 <= steps <= self.config.steps_per_call:
+            raise ValueError(f"steps must be from 1 to steps_per_call={self.config.steps_per_call}, got {steps}")
+        (tokens,) = self._run(GENERATE, torch.tensor(steps, dtype=torch.int64))
+        return np.asarray(tokens)[:steps]
 
     def shift(self, by: int) -> None:
         """Every row ``by`` columns to the left (the cursor too)."""

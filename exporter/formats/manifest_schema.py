@@ -170,7 +170,7 @@ ENGINE_CONFIG = Record({
     "slots": COUNT, "max_cache_len": COUNT, "vocab_size": COUNT, "pad_token_id": COUNT, "eos_token_ids": ListOf(COUNT),
     "buckets": Check("a non-empty ascending list of positive integers",
                      lambda v: isinstance(v, list) and v and all(_count(b) and b > 0 for b in v) and v == sorted(set(v))),
-    "cache_dtype": DTYPE, "layer_shapes": SHAPES, "carried_shapes": SHAPES,
+    "cache_dtype": DTYPE, "layer_shapes": SHAPES, "carried_shapes": SHAPES, "steps_per_call": COUNT,
     "defaults": Record({"do_sample": nullable(Check("a boolean", lambda v: isinstance(v, bool))),
                         "temperature": nullable(NUMBER), "top_k": nullable(COUNT), "top_p": nullable(NUMBER)})})
 ENGINE_MANIFEST = Record({"format": TEXT, "format_version": COUNT, "stablehlo_version": TEXT, "config": ENGINE_CONFIG,

@@ -60,7 +60,7 @@ class ServedModule(tf.Module):
         super().__init__()
         signature = artifact.signature
         aliases = alias_map(artifact.weights)
-        variables = {name: tf.Variable(to_numpy(artifact.weights[name]), trainable=False, name=_tf_name(name))
+        variables = {name: tf.Variable(to_numpy(artifact.weights[name]), trainable=False, name=tf_name(name))
                      for name, target in aliases.items() if name == target}
         self.weight_variables = [variables[aliases[slot.target]] for slot in signature.held_inputs]  # @main's order
         self.state_variables = [variables[aliases[slot.target]] for slot in signature.state]  # as signature.state
@@ -70,9 +70,9 @@ class ServedModule(tf.Module):
             version=CALLING_CONVENTION_VERSION,
             module=xla_module_bytes(artifact.stablehlo_text, signature, artifact.platforms, target_version),
             Tout=[tf.as_dtype(slot.tensor.dtype) for slot in self._outputs],
-            Sout=[_tf_shape(slot.tensor) for slot in self._outputs],
+            Sout=[tf_shape(slot.tensor) for slot in self._outputs],
             platforms=[platform.upper() for platform in artifact.platforms])  # it passes the platform index
-        self.input_specs = [tf.TensorSpec(_tf_shape(slot.tensor), tf.as_dtype(slot.tensor.dtype), name=slot.tensor.name)
+        self.input_specs = [tf.TensorSpec(tf_shape(slot.tensor), tf.as_dtype(slot.tensor.dtype), name=slot.tensor.name)
                             for slot in signature.user_inputs if slot.tensor is not None]
         self.next_seed = tf.Variable(0, dtype=tf.int64, trainable=False, name="next_seed") \
             if signature.takes_rng_seed else None
@@ -93,11 +93,11 @@ class ServedModule(tf.Module):
         return outputs
 
 
-def _tf_shape(spec: TensorSpec) -> list:
+def tf_shape(spec: TensorSpec) -> list:
     return [d if isinstance(d, int) else None for d in spec.shape]
 
 
-def _tf_name(weight_name: str) -> str:
+def tf_name(weight_name: str) -> str:
     """A variable name TF accepts: letters, digits and ``._-/``, not starting with ``_-/``."""
     name = "".join(c if c.isalnum() or c in "._-/" else "_" for c in weight_name)
     return name if name[:1].isalnum() or name[:1] == "." else f"v{name}"

@@ -84,6 +84,8 @@ def test_a_malformed_field_is_a_bundle_error_naming_it(copy, keys, value, messag
     ("cache_dtype", "bfloat16", r"config: .* leaf 10 bfloat16\[2, 2, 32, 16\]; .* leaf 10 float32\[2, 2, 32, 16\]"),
     ("max_cache_len", 2 ** 62, r"config: no state can be built of it \(Storage size calculation overflowed"),
     ("buckets", [4, 8, 9], r"config\.buckets: \[9\] outside the range \[2, 8\] of prefill's dim bucket"),
+    ("steps_per_call", 100, r"config\.steps_per_call: 100 steps of 2 slots; entry point 'generate' returns tokens "
+                            r"\[8, 2\]"),
 ])
 def test_a_config_that_does_not_fit_the_entry_points_is_named(copy, field, value, message):
     _set(copy, value, "config", field)

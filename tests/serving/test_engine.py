@@ -1,7 +1,7 @@
 """The engine over a tiny Llama: every request's greedy tokens equal ``generate`` on its prompt alone, whatever
 runs beside it and whenever it came (3 slots for more requests, a cache short enough that the rows must shift);
 eos; seeded sampling beside other requests; cancellation; each bad input; a bundle read in a fresh process;
-the ``to_jax`` entry points driven by a small loop."""
+the ``to_jax`` and SavedModel entry points driven by a small loop."""
 import asyncio
 import gc
 import json
@@ -13,6 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import torch.utils._pytree as pytree
 
 from torch_stablehlo import exporter, load_artifact
 from torch_stablehlo.exporter.engine.state import Admission, Prefilled, Prompt, sampling_rows
@@ -148,30 +149,84 @@ def plain(tree):
     return tuple(plain(value) for value in tree) if isinstance(tree, tuple) else jnp.asarray(np.asarray(tree))
 
 
+def bucketed(prompt: list[int], bucket: int) -> tuple[np.ndarray, np.ndarray]:
+    """``prompt`` left-padded to ``bucket`` columns: (input_ids, attention_mask), each [1, bucket] int64."""
+    ids = np.zeros((1, bucket), np.int64)
+    ids[0, bucket - len(prompt):] = prompt
+    mask = np.zeros((1, bucket), np.int64)
+    mask[0, bucket - len(prompt):] = 1
+    return ids, mask
+
+
+def drive(config, prefill, insert, generate, asked) -> list[list[int]]:
+    """Two requests side by side (8 tokens each) through the entry points given as callables: ``prefill(prompt's
+    input_ids, attention_mask, sampling)`` -> (first token, caches), ``insert(Admission)``, ``generate(steps)`` ->
+    [steps_per_call, slots] tokens; 7 steps made in two generate calls of 3 and 4 steps."""
+    made = {}
+    for slot, prompt in enumerate(asked[:2]):
+        first_token, caches = prefill(*bucketed(prompt, config.bucket(len(prompt))), sampling_rows(1, VOCAB))
+        made[slot] = [int(np.asarray(first_token)[0])]
+        insert(Admission(np.int64(slot), np.int64(len(prompt)), np.int64(8), sampling_rows(1, VOCAB),
+                         Prefilled(first_token, tuple(caches))))
+    for steps in (3, 4):
+        tokens = np.asarray(generate(steps))
+        assert tokens.shape == (config.steps_per_call, SLOTS)
+        for slot in made:
+            made[slot] += [int(t) for t in tokens[:steps, slot]]
+    return [made[0], made[1]]
+
+
+def eight_tokens(expected) -> list[list[int]]:
+    return [e[:8] + [0] * (8 - len(e[:8])) for e in expected[:2]]  # the pad token (0) after a slot's eos
+
+
 def test_to_jax_entry_points_driven_by_a_loop(setup):
     """prefill, insert and generate as JAX functions: two requests side by side, token-exact."""
     _, artifact, _, asked, expected, _ = setup
     models = artifact.to_jax()
-    config = artifact.config
+    held = {}
     with jax.enable_x64(True):
-        state = plain(config.empty_state())
-        made = {}
-        for slot, (prompt, new) in enumerate(zip(asked[:2], (8, 8))):
-            bucket = config.bucket(len(prompt))
-            ids = np.zeros((1, bucket), np.int64)
-            ids[0, bucket - len(prompt):] = prompt
-            mask = (ids != 0).astype(np.int64)
-            mask[0, bucket - len(prompt):] = 1
-            prefilled = Prefilled(*models["prefill"](plain(Prompt(ids, mask, sampling_rows(1, VOCAB)))))
-            made[slot] = [int(prefilled.first_token[0])]
-            state = models["insert"](state, plain(Admission(np.int64(slot), np.int64(len(prompt)), np.int64(new),
-                                                            sampling_rows(1, VOCAB), prefilled)))
-        for _ in range(7):
-            state, tokens = models["generate"](state)
-            for slot in made:
-                made[slot].append(int(tokens[slot]))
-    padded = [e[:8] + [0] * (8 - len(e[:8])) for e in expected[:2]]  # the pad token (0) after a slot's eos
-    assert [made[0], made[1]] == padded
+        held["state"] = plain(artifact.config.empty_state())
+
+        def prefill(ids, mask, sampling):
+            return models["prefill"](plain(Prompt(ids, mask, sampling)))
+
+        def insert(admission):
+            held["state"] = models["insert"](held["state"], plain(admission))
+
+        def generate(steps):
+            held["state"], tokens = models["generate"](held["state"], np.int64(steps))
+            return tokens
+        assert drive(artifact.config, prefill, insert, generate, asked) == eight_tokens(expected)
+
+
+@pytest.mark.full_sweep_only  # saving and loading a SavedModel of four modules takes TF many seconds
+def test_saved_model_entry_points_driven_by_a_loop(setup, tmp_path):
+    """The TF SavedModel's signatures (one per entry point, the state in its variables): the same tokens."""
+    import tensorflow as tf
+
+    _, artifact, _, asked, expected, _ = setup
+    signatures = tf.saved_model.load(str(artifact.save_tf_saved_model(tmp_path / "tf"))).signatures
+    assert sorted(signatures) == ["generate", "insert", "prefill", "shift"]
+
+    state = len(pytree.tree_leaves(artifact.config.empty_state()))
+
+    def named(structure, entry: str) -> dict:
+        """The leaves of ``structure`` by the entry point's input names (after the state's)."""
+        names = [slot.tensor.name for slot in artifact.entry_points[entry].signature.user_inputs]
+        names = names if entry == "prefill" else names[state:]
+        return {name: tf.constant(np.asarray(leaf)) for name, leaf in zip(names, pytree.tree_leaves(structure))}
+
+    def prefill(ids, mask, sampling):
+        served = signatures["prefill"](**named(Prompt(ids, mask, sampling), "prefill"))
+        return served["first_token"], [served[f"caches.{i}"] for i in range(len(served) - 1)]
+
+    def insert(admission):
+        signatures["insert"](**named(admission, "insert"))
+
+    def generate(steps):
+        return signatures["generate"](steps=tf.constant(steps, tf.int64))["tokens"]
+    assert drive(artifact.config, prefill, insert, generate, asked) == eight_tokens(expected)
 
 
 def test_the_state_is_donated_to_each_call(setup):
