@@ -15,15 +15,21 @@ writes; ``exported_program.input_kinds``): a state placeholder is rebound like a
 walk is its new value, which ``@main`` returns (``GraphLowering``). A write to part of a state tensor (through a
 slice) cannot be carried so; such writes, and writes to the inputs whose updates the program returns itself
 (user inputs, parameters), are left to ``run_decompositions``, which returns them.
+
+What a program writes is found once per graph (``InPlaceWrites``) and read by every later step: the unsupported
+targets, the mutations left to ``run_decompositions``, the signature's input kinds and the graph walk.
 """
 from __future__ import annotations
 
 import operator
-from typing import NamedTuple
+from dataclasses import dataclass
+from typing import NamedTuple, Sequence
 
 import torch
+from torch.export import ExportedProgram
 
 from torch_stablehlo.aten_lowerings import RANDOM_OPS, lowering_for
+from torch_stablehlo.exported_program import input_kinds, returned_placeholders
 
 aten = torch.ops.aten
 
@@ -41,6 +47,36 @@ class Write(NamedTuple):
     twin: torch._ops.OpOverload
     rebinds: tuple[torch.fx.Node, ...]
     through: tuple[torch.fx.Node, ...] = ()
+
+
+@dataclass(frozen=True)
+class InPlaceWrites:
+    """What one graph writes in place, found once (``of_program``) and read by the later steps."""
+    graph_module: torch.fx.GraphModule
+    kinds: tuple[str | None, ...]        # each placeholder's kind (``exported_program.input_kinds``): the written
+                                         # buffers and constants are state
+    written: dict[torch.fx.Node, set]    # each node that writes a placeholder -> the placeholders it writes
+    functional: dict[torch.fx.Node, Write]  # the in-place nodes the walk lowers as their twin (``functionalised``)
+    left: tuple[torch.fx.Node, ...]      # the mutating nodes the walk cannot functionalise: run_decompositions'
+
+    @classmethod
+    def of_program(cls, program: ExportedProgram) -> "InPlaceWrites":
+        """The writes of ``program``'s graph, its placeholders' kinds read from what the graph writes."""
+        written = written_placeholders(program.graph_module)
+        return cls._of(program.graph_module, input_kinds(program, set().union(*written.values())), written)
+
+    def on_copy(self, graph_module: torch.fx.GraphModule) -> "InPlaceWrites":
+        """The writes of a copy of this graph (the same placeholders, other nodes: quantization annotated,
+        composites outlined); this analysis itself for the same graph."""
+        if graph_module is self.graph_module:
+            return self
+        return InPlaceWrites._of(graph_module, self.kinds, written_placeholders(graph_module))
+
+    @classmethod
+    def _of(cls, graph_module: torch.fx.GraphModule, kinds: Sequence[str | None], written: dict) -> "InPlaceWrites":
+        functional = functionalised(graph_module, returned_placeholders(graph_module, kinds))
+        return cls(graph_module, tuple(kinds), written, functional,
+                   tuple(unfunctionalised_mutations(graph_module, functional)))
 
 
 def functional_twin(target) -> torch._ops.OpOverload | None:

@@ -2,8 +2,8 @@
 (or the ExportedProgram taken), its quantization prepared, in-place ops functionalised and ops without a lowering
 decomposed, stacks of weights (``scan_layers``) folded, the signature read and the graph to lower chosen.
 
-Each graph is functionalised (``inplace.functionalised``) once: the unsupported targets, the mutations left to
-``run_decompositions`` and the graph walk all read that one result.
+What each graph writes in place is found once (``inplace.InPlaceWrites``): the unsupported targets, the mutations
+left to ``run_decompositions``, the signature's input kinds and the graph walk all read that one value.
 """
 from __future__ import annotations
 
@@ -17,19 +17,19 @@ from torch._export.utils import _get_decomp_for_cia
 from torch.export import ExportedProgram
 
 from torch_stablehlo.aten_lowerings import op_name
-from torch_stablehlo.exported_program import kind_name, returned_placeholders, shape_env_of, weight_values
+from torch_stablehlo.exported_program import kind_name, shape_env_of, weight_values
 from torch_stablehlo.quantize import lowering_graph, plain_quantized_weights, prepare_quantized
 from torch_stablehlo.stablehlo_ir.mlir_context import make_context
 
 from ..autoshard.plan import ShardingPlan, constrained_graph, search_plan
 from ..errors import LoweringError, ShardingError, UnsupportedOpsError
 from .composites import outline_composites
-from .graph_lowering import GraphLowering, functionalised_for, unsupported_targets
-from .inplace import functionalised, unfunctionalised_mutations, written_placeholders
+from .graph_lowering import GraphLowering, unsupported_targets
+from .inplace import InPlaceWrites
 from .locations import describe
 from .read_only import untouched
 from .sharding import shard_signature
-from .signature import Signature, program_input_kinds, signature_of
+from .signature import Signature, signature_of
 from .weight_stacks import fold_weight_stacks
 
 
@@ -39,7 +39,7 @@ class Conversion:
     program: ExportedProgram             # the convertible program (see ``convert``)
     signature: Signature                 # @main's calling convention
     graph_module: torch.fx.GraphModule   # the graph to lower (``quantize.lowering_graph``)
-    writes: dict                         # its in-place nodes the walk lowers functionally (``inplace.functionalised``)
+    writes: InPlaceWrites                # what that graph writes in place
     weights: dict[str, torch.Tensor]     # @main's held arguments: the weights and the state's exported values
     plan: ShardingPlan | None = None     # the searched sharding plan (shardings="auto" or a ShardingPlan given)
 
@@ -47,7 +47,7 @@ class Conversion:
         """``@main`` in a fresh module, for the signature's platforms; it also returns the values of the
         ``exposed`` top-graph nodes, last."""
         with untouched(shape_env_of(self.program), "lowering"):
-            return GraphLowering(self.graph_module, self.signature, exposed, self.writes).lower(make_context())
+            return GraphLowering(self.graph_module, self.signature, exposed, self.writes.functional).lower(make_context())
 
 
 def convert(model, args=(), kwargs=None, *, dynamic_shapes=None, quantized_ops: str = "fused", mesh=None,
@@ -57,8 +57,8 @@ def convert(model, args=(), kwargs=None, *, dynamic_shapes=None, quantized_ops: 
     JAX's default backend lowers the JAX functions, and a user's lowering for any platform may be picked."""
     exported = _exported(model, args, kwargs, dynamic_shapes)
     with untouched(shape_env_of(exported)):  # the caller's program stays as it was (``read_only``)
-        program, writes, checked = _ready(exported)
-        signature = signature_of(program)
+        program, writes = _ready(exported)
+        signature = signature_of(program, writes)
         if isinstance(shardings, str):
             shardings = _searched_plan(program, signature, mesh, shardings, platforms)
         signature = shard_signature(signature, mesh, shardings, program.graph_module)
@@ -66,8 +66,7 @@ def convert(model, args=(), kwargs=None, *, dynamic_shapes=None, quantized_ops: 
         graph_module = outline_composites(lowering_graph(program, quantized_ops))
         if isinstance(shardings, ShardingPlan) and shardings.constraints and mesh is not None:  # activation layouts
             graph_module = constrained_graph(graph_module, shardings.constraints)
-        if graph_module is not checked:  # stacks folded, quantization ops annotated or composites outlined: a copy
-            writes = functionalised_for(graph_module, signature)
+        writes = writes.on_copy(graph_module)  # a copy where quantization ops are annotated or composites outlined
     plan = shardings if isinstance(shardings, ShardingPlan) and mesh is not None else None
     return Conversion(program, signature, graph_module, writes, _held_values(program, signature), plan)
 
@@ -77,15 +76,15 @@ def prepared_program(model, args=(), kwargs=None, dynamic_shapes=None) -> tuple[
     sharding plans are made for."""
     exported = _exported(model, args, kwargs, dynamic_shapes)
     with untouched(shape_env_of(exported)):
-        program = _ready(exported)[0]
-        return program, signature_of(program)
+        program, writes = _ready(exported)
+        return program, signature_of(program, writes)
 
 
-def _ready(exported: ExportedProgram) -> tuple[ExportedProgram, dict, torch.fx.GraphModule]:
-    """The program with quantization prepared, decomposed and its weight stacks folded; the functionalisation of
-    the graph that was checked, and that graph."""
+def _ready(exported: ExportedProgram) -> tuple[ExportedProgram, InPlaceWrites]:
+    """The program with quantization prepared, decomposed and its weight stacks folded, and what it writes."""
     program, writes = _decomposed(prepare_quantized(exported))
-    return fold_weight_stacks(program), writes, program.graph_module
+    folded = fold_weight_stacks(program)
+    return folded, writes if folded is program else InPlaceWrites.of_program(folded)
 
 
 def _searched_plan(program: ExportedProgram, signature: Signature, mesh, shardings: str, platforms):
@@ -119,9 +118,9 @@ def _exported(model, args, kwargs, dynamic_shapes) -> ExportedProgram:
                     f"got {type(model).__name__}")
 
 
-def _decomposed(program: ExportedProgram) -> tuple[ExportedProgram, dict]:
-    """Functionalise in-place ops and decompose only the ops without a lowering; the program and its graph's
-    functionalisation.
+def _decomposed(program: ExportedProgram) -> tuple[ExportedProgram, InPlaceWrites]:
+    """Functionalise in-place ops and decompose only the ops without a lowering; the program and what its graph
+    writes.
 
     ``run_decompositions`` re-traces the whole program (about 1 s for GPT-2), so
     it runs only when the graph has an op we cannot lower or a mutation the walk cannot functionalise
@@ -131,9 +130,8 @@ def _decomposed(program: ExportedProgram) -> tuple[ExportedProgram, dict]:
     """
     writes, missing = _checked(program)
     decomposable = _decompositions(missing)
-    mutations = unfunctionalised_mutations(program.graph_module, writes)
-    _refuse_uncarried_constants(program, mutations)
-    if decomposable or mutations:
+    _refuse_uncarried_constants(program, writes)
+    if decomposable or writes.left:
         program = program.run_decompositions(decomposable)
         writes, missing = _checked(program)
     tried = set(decomposable)
@@ -144,7 +142,7 @@ def _decomposed(program: ExportedProgram) -> tuple[ExportedProgram, dict]:
     if missing:
         raise UnsupportedOpsError({_unsupported_name(t, nodes[0]): (len(nodes), describe(nodes[0]))
                                    for t, nodes in missing.items()})
-    uncarried = unfunctionalised_mutations(program.graph_module, writes)
+    uncarried = writes.left
     if uncarried:
         raise LoweringError(f"{len(uncarried)} in-place write(s) cannot be carried, e.g. {op_name(uncarried[0].target)} "
                             f"at {describe(uncarried[0])} ({uncarried[0].format_node()}): it writes part of a tensor "
@@ -160,14 +158,14 @@ def _unsupported_name(target, node: torch.fx.Node) -> str:
         op_name(target) else op_name(target)
 
 
-def _refuse_uncarried_constants(program: ExportedProgram, mutations: list[torch.fx.Node]) -> None:
+def _refuse_uncarried_constants(program: ExportedProgram, writes: InPlaceWrites) -> None:
     """Raise LoweringError for a write the walk cannot carry (part of a tensor, through a view) into a lifted
     constant: ``run_decompositions`` cannot functionalise those either."""
     placeholders = [n for n in program.graph.nodes if n.op == "placeholder"]
     constants = {n: spec.target for n, spec in zip(placeholders, program.graph_signature.input_specs)
                  if kind_name(spec) == "constant"}
-    for node, written in written_placeholders(program.graph_module, mutations).items():
-        for placeholder in written & set(constants):
+    for node in writes.left:
+        for placeholder in writes.written.get(node, set()) & set(constants):
             raise LoweringError(
                 f"{op_name(node.target)} at {describe(node)} writes part of the lifted constant "
                 f"'{constants[placeholder]}' through a view ({node.format_node()}): that state cannot be carried "
@@ -176,11 +174,10 @@ def _refuse_uncarried_constants(program: ExportedProgram, mutations: list[torch.
                 "(register_buffer(..., persistent=False)) or write the whole tensor")
 
 
-def _checked(program: ExportedProgram) -> tuple[dict, dict]:
-    """The program's graph functionalised, and the targets in it without a lowering (reading that)."""
-    graph_module = program.graph_module
-    writes = functionalised(graph_module, returned_placeholders(graph_module, program_input_kinds(program)))
-    return writes, unsupported_targets(graph_module, writes)
+def _checked(program: ExportedProgram) -> tuple[InPlaceWrites, dict]:
+    """What the program's graph writes, and the targets in it without a lowering (reading that)."""
+    writes = InPlaceWrites.of_program(program)
+    return writes, unsupported_targets(program.graph_module, writes.functional)
 
 
 def _decompositions(targets) -> dict:

@@ -14,7 +14,7 @@ from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
 from torch_stablehlo.aten_lowerings import RNG_SEED_DTYPE, RNG_SEED_NAME, uses_random
 from torch_stablehlo.exported_program import (HELD_KINDS, INPUT_KINDS, INPUT_UPDATE, OUTPUT_KINDS, STATE, STATE_UPDATE,
-                                              USER_OUTPUT, WEIGHT_KINDS, input_kinds)
+                                              USER_OUTPUT, WEIGHT_KINDS)
 from torch_stablehlo.stablehlo_ir.dtypes import PYTHON_SCALAR_DTYPES, scalar_type, uncarried
 from torch_stablehlo.stablehlo_ir.platforms import PLATFORMS
 from torch_stablehlo.stablehlo_ir.sharding import Spec, normalize_spec, num_devices, spec_text
@@ -23,7 +23,7 @@ from torch_stablehlo.stablehlo_ir.specs import TensorSpec, dtype_name
 from ..errors import DimensionError, InputError
 from ..terminal import printable
 from . import symbolic_dims
-from .inplace import written_placeholders
+from .inplace import InPlaceWrites
 from .trees import load_treespec
 
 
@@ -355,20 +355,17 @@ def checked_platforms(platforms) -> list[str]:
     return list(platforms)
 
 
-def program_input_kinds(ep: torch.export.ExportedProgram) -> list[str | None]:
-    """Each input's kind (``exported_program.input_kinds``), reading which placeholders the graph writes in place."""
-    return input_kinds(ep, set().union(*written_placeholders(ep.graph_module).values()))
-
-
-def signature_of(ep: torch.export.ExportedProgram) -> Signature:
-    """Read the calling convention of an ExportedProgram (inputs in placeholder order). A state slot the graph
+def signature_of(ep: torch.export.ExportedProgram, writes: InPlaceWrites | None = None) -> Signature:
+    """Read the calling convention of an ExportedProgram (inputs in placeholder order), its inputs' kinds from
+    ``writes`` (what its graph writes in place; found here if not given). A state slot the graph
     writes in place (not among torch's buffer mutations) gets a ``buffer_mutation`` output after the program's
     own: ``@main`` returns its value after the walk (``GraphLowering``)."""
+    kinds = (writes or InPlaceWrites.of_program(ep)).kinds
     placeholders = {n.name: n for n in ep.graph.nodes if n.op == "placeholder"}
     call_signature = ep.module_call_graph[0].signature
     names = symbolic_dims.user_dim_names(ep)  # torch's s77 -> the user's Dim name, where torch kept it
     inputs = []
-    for spec, kind in zip(ep.graph_signature.input_specs, program_input_kinds(ep)):
+    for spec, kind in zip(ep.graph_signature.input_specs, kinds):
         if kind is None:
             raise NotImplementedError(f"input kind {spec.kind} ({spec.arg}) is not supported")
         meta = placeholders[spec.arg.name].meta.get("val")
