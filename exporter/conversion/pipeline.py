@@ -7,6 +7,7 @@ left to ``run_decompositions``, the signature's input kinds and the graph walk a
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -17,7 +18,7 @@ from torch._export.utils import _get_decomp_for_cia
 from torch.export import ExportedProgram
 
 from torch_stablehlo.aten_lowerings import op_name
-from torch_stablehlo.exported_program import kind_name, shape_env_of, weight_values
+from torch_stablehlo.exported_program import CONSTANT, kind_name, shape_env_of, weight_values
 from torch_stablehlo.quantize import lowering_graph, plain_quantized_weights, prepare_quantized
 from torch_stablehlo.stablehlo_ir.mlir_context import make_context
 
@@ -61,8 +62,8 @@ def convert(model, args=(), kwargs=None, *, dynamic_shapes=None, quantized_ops: 
         signature = signature_of(program, writes)
         if isinstance(shardings, str):
             shardings = _searched_plan(program, signature, mesh, shardings, platforms)
-        signature = shard_signature(signature, mesh, shardings, program.graph_module)
-        signature.platforms = list(platforms)
+        signature = dataclasses.replace(shard_signature(signature, mesh, shardings, program.graph_module),
+                                        platforms=list(platforms))
         graph_module = outline_composites(lowering_graph(program, quantized_ops))
         if isinstance(shardings, ShardingPlan) and shardings.constraints and mesh is not None:  # activation layouts
             graph_module = constrained_graph(graph_module, shardings.constraints)
@@ -163,7 +164,7 @@ def _refuse_uncarried_constants(program: ExportedProgram, writes: InPlaceWrites)
     constant: ``run_decompositions`` cannot functionalise those either."""
     placeholders = [n for n in program.graph.nodes if n.op == "placeholder"]
     constants = {n: spec.target for n, spec in zip(placeholders, program.graph_signature.input_specs)
-                 if kind_name(spec) == "constant"}
+                 if kind_name(spec) == CONSTANT}
     for node in writes.left:
         for placeholder in writes.written.get(node, set()) & set(constants):
             raise LoweringError(

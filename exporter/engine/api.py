@@ -128,7 +128,7 @@ def _entry_point(step: StableHLOArtifact, weight_slots: list, weights: dict, sta
     ``state_leaves`` inputs donated to its first results."""
     signature = step.signature
     inputs = weight_slots + [slot for slot in signature.inputs if slot not in signature.weights]
-    signature = dataclasses.replace(signature, inputs=inputs, _trees={})
+    signature = dataclasses.replace(signature, inputs=inputs, live_trees=None)
     text = _donated(step.stablehlo_text, len(weight_slots), state_leaves)
     return StableHLOArtifact(text, signature, {s.target: weights[s.target] for s in weight_slots},
                              platform=step.platform)

@@ -271,12 +271,14 @@ def read_signature(where: str, manifest: dict) -> Signature:
     """The manifest's signature (``where``: the manifest file, as errors name it), its pytree specs read (see ``conversion.trees``) and matching its slots."""
     signature = Signature.from_json(manifest["signature"])
     check_slots(manifest, signature, where)
-    for which in ("in_spec", "out_spec"):
+    trees = []
+    for which in ("in_tree", "out_tree"):
         try:
-            signature.tree(which)
+            trees.append(getattr(signature, which))
         except TreeSpecError as error:
-            raise BundleError(f"{where} is invalid: manifest field signature.{which}: {error}") from None
-    in_spec, out_spec = signature.tree("in_spec"), signature.tree("out_spec")
+            field = which.replace("tree", "spec")
+            raise BundleError(f"{where} is invalid: manifest field signature.{field}: {error}") from None
+    in_spec, out_spec = trees
     inputs, outputs = len(signature.user_inputs), len(signature.user_outputs)
     if in_spec.type is not tuple or in_spec.num_children != 2 or in_spec.num_leaves != inputs:
         raise BundleError(f"{where} is invalid: signature.in_spec: expected (args, kwargs) with {inputs} "
