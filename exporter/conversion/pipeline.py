@@ -48,7 +48,8 @@ class Conversion:
         """``@main`` in a fresh module, for the signature's platforms; it also returns the values of the
         ``exposed`` top-graph nodes, last."""
         with untouched(shape_env_of(self.program), "lowering"):
-            return GraphLowering(self.graph_module, self.signature, exposed, self.writes.functional).lower(make_context())
+            lowering = GraphLowering(self.graph_module, self.signature, exposed, self.writes.functional)
+            return lowering.lower(make_context())
 
 
 def convert(model, args=(), kwargs=None, *, dynamic_shapes=None, quantized_ops: str = "fused", mesh=None,
@@ -59,7 +60,7 @@ def convert(model, args=(), kwargs=None, *, dynamic_shapes=None, quantized_ops: 
     exported = _exported(model, args, kwargs, dynamic_shapes)
     with untouched(shape_env_of(exported)):  # the caller's program stays as it was (``read_only``)
         program, writes = _ready(exported)
-        signature = signature_of(program, writes)
+        signature = signature_of(program, writes.kinds)
         if isinstance(shardings, str):
             shardings = _searched_plan(program, signature, mesh, shardings, platforms)
         signature = dataclasses.replace(shard_signature(signature, mesh, shardings, program.graph_module),
@@ -78,7 +79,7 @@ def prepared_program(model, args=(), kwargs=None, dynamic_shapes=None) -> tuple[
     exported = _exported(model, args, kwargs, dynamic_shapes)
     with untouched(shape_env_of(exported)):
         program, writes = _ready(exported)
-        return program, signature_of(program, writes)
+        return program, signature_of(program, writes.kinds)
 
 
 def _ready(exported: ExportedProgram) -> tuple[ExportedProgram, InPlaceWrites]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from dataclasses import dataclass, field
+from typing import Sequence
 
 import sympy
 import torch
@@ -15,12 +16,11 @@ from torch_stablehlo.exported_program import (HELD_KINDS, INPUT_KINDS, INPUT_UPD
                                               USER_INPUT, USER_OUTPUT, WEIGHT_KINDS)
 from torch_stablehlo.stablehlo_ir.dtypes import PYTHON_SCALAR_DTYPES, scalar_type
 from torch_stablehlo.stablehlo_ir.platforms import PLATFORMS
-from torch_stablehlo.stablehlo_ir.sharding import Spec, normalize_spec, num_devices, spec_text
+from torch_stablehlo.stablehlo_ir.sharding import Spec, num_devices, spec_text
 from torch_stablehlo.stablehlo_ir.specs import TensorSpec, dtype_name
 
 from ..terminal import printable
 from . import symbolic_dims
-from .inplace import InPlaceWrites
 from .trees import load_treespec
 
 
@@ -38,20 +38,6 @@ class InputSlot:
     ones_like: str | None = None
     scalar: str | None = None      # "int": a SymInt user input, a 0-d int64 in @main, given as a Python int
 
-    def to_json(self) -> dict:
-        return {"name": self.name, "kind": self.kind, "target": self.target, "value": self.value,
-                "tensor": self.tensor.to_json() if self.tensor else None,
-                "sharding": [list(axes) for axes in self.sharding] if self.sharding is not None else None,
-                "scalar": self.scalar, **({"ones_like": self.ones_like} if self.ones_like is not None else {})}
-
-    @classmethod
-    def from_json(cls, data: dict) -> "InputSlot":
-        tensor = TensorSpec.from_json(data["tensor"]) if data["tensor"] else None
-        sharding = data.get("sharding")
-        return cls(data["name"], data["kind"], data["target"], tensor, data["value"],
-                   normalize_spec(sharding) if sharding is not None else None, ones_like=data.get("ones_like"),
-                   scalar=data.get("scalar"))
-
 
 @dataclass(frozen=True)
 class OutputSlot:
@@ -62,15 +48,6 @@ class OutputSlot:
     tensor: TensorSpec | None      # None for a constant output (not among @main's results)
     scalar: str | None = None      # "int" | "float" | "bool": a SymInt/SymFloat/SymBool, a 0-d tensor in @main
     value: object = None           # a constant output's value
-
-    def to_json(self) -> dict:
-        return {"kind": self.kind, "target": self.target, "tensor": self.tensor.to_json() if self.tensor else None,
-                "scalar": self.scalar, "value": self.value}
-
-    @classmethod
-    def from_json(cls, data: dict) -> "OutputSlot":
-        tensor = TensorSpec.from_json(data["tensor"]) if data["tensor"] else None
-        return cls(data["kind"], data["target"], tensor, data.get("scalar"), data.get("value"))
 
     def user_value(self, result):
         """The Python value the caller gets for this user output from its ``@main`` result (None for a constant)."""
@@ -199,19 +176,6 @@ class Signature:
         """The pytree of the model's outputs."""
         return self.live_trees[1] if self.live_trees else load_treespec(self.out_spec)
 
-    def to_json(self) -> dict:
-        return {"inputs": [s.to_json() for s in self.inputs],
-                "outputs": [s.to_json() for s in self.outputs],
-                "in_spec": self.in_spec, "out_spec": self.out_spec, "dims": self.dims, "sizes": self.sizes,
-                "mesh": self.mesh, "arg_names": self.arg_names, "platforms": self.platforms}
-
-    @classmethod
-    def from_json(cls, data: dict) -> "Signature":
-        return cls([InputSlot.from_json(s) for s in data["inputs"]],
-                   [OutputSlot.from_json(s) for s in data["outputs"]],
-                   data["in_spec"], data["out_spec"], data["dims"], data.get("sizes", []),
-                   data.get("mesh"), data.get("arg_names", []), data.get("platforms", []))
-
     def __str__(self) -> str:
         lines = [f"mesh: {self.mesh} ({self.num_devices} devices)"] if self.mesh else []
         if self.takes_platform_index:
@@ -256,12 +220,11 @@ def checked_platforms(platforms) -> list[str]:
     return list(platforms)
 
 
-def signature_of(ep: torch.export.ExportedProgram, writes: InPlaceWrites | None = None) -> Signature:
-    """Read the calling convention of an ExportedProgram (inputs in placeholder order), its inputs' kinds from
-    ``writes`` (what its graph writes in place; found here if not given). A state slot the graph
+def signature_of(ep: torch.export.ExportedProgram, kinds: Sequence[str | None]) -> Signature:
+    """Read the calling convention of an ExportedProgram (inputs in placeholder order), given its inputs' kinds
+    (``inplace.InPlaceWrites.kinds``: which are state depends on what its graph writes). A state slot the graph
     writes in place (not among torch's buffer mutations) gets a ``buffer_mutation`` output after the program's
     own: ``@main`` returns its value after the walk (``GraphLowering``)."""
-    kinds = (writes or InPlaceWrites.of_program(ep)).kinds
     placeholders = {n.name: n for n in ep.graph.nodes if n.op == "placeholder"}
     call_signature = ep.module_call_graph[0].signature
     names = symbolic_dims.user_dim_names(ep)  # torch's s77 -> the user's Dim name, where torch kept it

@@ -24,7 +24,7 @@ from .settings import GenerationSettings, Sampling
 
 class LoopState(NamedTuple):
     """What the loop carries that each step rewrites."""
-    tokens: torch.Tensor  # [batch, max_cache_len]: the prompt (left padding included), the tokens chosen so far, pad after
+    tokens: torch.Tensor  # [batch, max_cache_len]: the prompt (left padding included), the tokens chosen, pad after
     cursor: torch.Tensor  # 0-d: the column of the last token written, the one the next step reads
     done: torch.Tensor    # [batch] bool: rows that have produced an eos (they get the pad token from then on)
     going: torch.Tensor   # 0-d bool: another step is due (a token left to make and a row not done)
