@@ -14,7 +14,7 @@ from torch_stablehlo.exported_program import USER_INPUT, copied_graph_module
 from torch_stablehlo.runtime.device_costs import device_costs
 from torch_stablehlo.stablehlo_ir.sharding import Spec
 
-from ..conversion.sharding import check_mesh
+from ..conversion.input_shardings import check_mesh
 from ..conversion.signature import RNG_SEED, Signature
 from ..errors import ShardingError
 from .op_dims import CONTRACTIONS

@@ -24,12 +24,12 @@ from torch_stablehlo.stablehlo_ir.mlir_context import make_context
 
 from ..autoshard.plan import ShardingPlan, constrained_graph, search_plan
 from ..errors import LoweringError, ShardingError, UnsupportedOpsError
-from .composites import outline_composites
+from .composite_regions import outline_composites
 from .graph_lowering import GraphLowering, unsupported_targets
 from .inplace import InPlaceWrites
 from .locations import describe
 from .read_only import untouched
-from .sharding import shard_signature
+from .input_shardings import shard_signature
 from .signature import Signature, signature_of
 from .weight_stacks import fold_weight_stacks
 

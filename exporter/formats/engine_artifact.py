@@ -58,7 +58,7 @@ ENGINE_MANIFEST_KIND = ManifestKind(ENGINE_MANIFEST, ENGINE_FORMAT, ENGINE_FORMA
 @dataclasses.dataclass(frozen=True)
 class SamplingDefaults:
     """The model's ``generation_config`` sampling values as it stores them (None: unset), what a request that
-    names none of them falls back to (``generate.settings.resolve_sampling`` reads them as from the config)."""
+    names none of them falls back to (``generation_settings.resolve_sampling`` reads them as from the config)."""
     do_sample: bool | None = None
     temperature: float | None = None
     top_k: int | None = None

@@ -1,18 +1,18 @@
 """The generate module: ``@main`` calls the converted prefill, then one ``stablehlo.while`` whose body calls the
 converted decode step while a step is due, and returns the tokens up to the decoder's prompt plus ``max_new_tokens``.
 
-The two steps are artifacts of ``export_to_stablehlo`` (a causal LM's ``steps.Prefill`` and ``steps.Decode``, an
-encoder-decoder's ``seq2seq_steps.Seq2SeqPrefill`` and ``Seq2SeqDecode``); ``@main`` takes the prefill's inputs,
-and the decode step takes the two parts of what the prefill returns (``steps.Carried``: the loop state and what
-stays fixed), read from the steps' pytrees by their fields. Their functions are
-moved into one module, private. Their weights become ``@main``'s leading arguments once each: parameters and
+The two steps are artifacts of ``export_to_stablehlo`` (a causal LM's ``loop_steps.Prefill`` and
+``loop_steps.Decode``, an encoder-decoder's ``seq2seq_steps.Seq2SeqPrefill`` and ``Seq2SeqDecode``); ``@main``
+takes the prefill's inputs, and the decode step takes the two parts of what the prefill returns
+(``loop_steps.Carried``: the loop state and what stays fixed), read from the steps' pytrees by their fields.
+Their functions are moved into one module, private. Their weights become ``@main``'s leading arguments once each: parameters and
 buffers are shared by name (the same model's tensors), each step's lifted constants stay its own
 (``prefill.lifted_tensor_0``). The loop carries every value the prefill returns (the decode step rewrites the
 state; what stays fixed, such as an encoder-decoder's cross-attention keys and values, is carried unchanged); it
 adds nothing of its own, so the module's size does not depend on ``max_new_tokens``.
 The decode step's cache writes (one column, a scatter that XLA makes an in-place update slice) update the
 carried cache in place: the step is called once per iteration and the cache is carried in the form attention
-reads (``steps.CarriedLayer``), so no copy of it is made.
+reads (``loop_steps.CarriedLayer``), so no copy of it is made.
 
 Where the program samples, ``@main`` takes ``rng_seed`` and gives each step a seed of its own (the step's cursor
 mixed in), so every step draws new numbers and one seed reproduces them all.
@@ -34,8 +34,8 @@ from torch_stablehlo.exported_program import CONSTANT
 
 from ..conversion.signature import RNG_SEED, InputSlot
 from ..formats.artifact import StableHLOArtifact
-from .settings import START_TOKENS
-from .steps import Carried
+from .generation_settings import START_TOKENS
+from .loop_steps import Carried
 
 STEP_SEEDS = 1 << 20  # per-step seeds: rng_seed * STEP_SEEDS + the step's cursor (cursors stay below this)
 

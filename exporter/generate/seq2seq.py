@@ -10,10 +10,10 @@ from torch.export import Dim
 from ..api import export_to_stablehlo
 from ..errors import InputError
 from .compose import compose
-from .program import GenerateArtifact, check_tokens, generate_signature, traced_inputs
+from .generate_artifact import GenerateArtifact, check_tokens, generate_signature, traced_inputs
 from .seq2seq_steps import CarriedShapes, Seq2SeqDecode, Seq2SeqPrefill, Source, carried_shapes
-from .settings import CACHE_ROUNDING, START_TOKENS, GenerationSettings, resolve_settings
-from .steps import LoopState, carried_shape
+from .generation_settings import CACHE_ROUNDING, START_TOKENS, GenerationSettings, resolve_settings
+from .loop_steps import LoopState, carried_shape
 
 SOURCE_DIM = "source"
 

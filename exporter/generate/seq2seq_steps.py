@@ -3,7 +3,7 @@ encoder, then the decoder start token through the decoder, which computes each l
 values from the encoder's output, and the first new token) and ``Seq2SeqDecode`` (one token, reading those keys
 and values).
 
-The carried state is ``steps``' ``LoopState`` (its ``caches`` the decoder's self-attention cache), the decoder's
+The carried state is ``loop_steps``' ``LoopState`` (its ``caches`` the decoder's self-attention cache), the decoder's
 prompt being the start token alone (column 0), and what stays fixed is the ``Source``.
 Every row's decoder starts at column 0, so a token's position is its column and the decoder's own mask is all ones.
 """
@@ -14,8 +14,8 @@ from typing import NamedTuple
 import torch
 from transformers.cache_utils import Cache, DynamicLayer, EncoderDecoderCache
 
-from .settings import START_TOKENS, GenerationSettings
-from .steps import Carried, CarriedLayer, LoopState, Step, carried_shape
+from .generation_settings import START_TOKENS, GenerationSettings
+from .loop_steps import Carried, CarriedLayer, LoopState, Step, carried_shape
 
 
 class HeldLayer(DynamicLayer):

@@ -13,7 +13,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from torch_stablehlo import exporter
 from torch_stablehlo.exporter.conversion.signature import RNG_SEED
-from torch_stablehlo.exporter.generate.settings import Sampling, resolve_sampling
+from torch_stablehlo.exporter.generate.generation_settings import Sampling, resolve_sampling
 from tests.support import left_padded_prompts
 
 VOCAB = 128

@@ -11,7 +11,7 @@ from torch_stablehlo.stablehlo_ir.specs import TensorSpec
 from ..conversion.signature import RNG_SEED_SLOT, InputSlot, OutputSlot, Signature
 from ..errors import InputError
 from ..formats.artifact import StableHLOArtifact
-from .settings import TRACED_PROMPT_LEN, GenerationSettings
+from .generation_settings import TRACED_PROMPT_LEN, GenerationSettings
 
 INPUT_NAMES = ("input_ids", "attention_mask")  # @main's user inputs, [batch, the symbolic dim]
 

@@ -7,10 +7,10 @@ from torch.export import Dim
 
 from ..api import export_to_stablehlo
 from .compose import compose
-from .program import GenerateArtifact, check_left_padding, check_tokens, generate_signature, traced_inputs
+from .generate_artifact import GenerateArtifact, check_left_padding, check_tokens, generate_signature, traced_inputs
 from .seq2seq import export_seq2seq_generate
-from .settings import resolve_settings
-from .steps import Decode, LoopState, Prefill, Prompt, cache_shapes
+from .generation_settings import resolve_settings
+from .loop_steps import Decode, LoopState, Prefill, Prompt, cache_shapes
 
 PROMPT_DIM = "prompt"
 
@@ -26,9 +26,10 @@ def export_generate(model, input_ids: torch.Tensor, max_new_tokens: int = 64, ma
     max_new_tokens`` (``max_cache_len=None``: the example's length plus ``max_new_tokens``, rounded up to a
     multiple of 64) run through it, at the example's batch size. ``do_sample``, ``temperature``, ``top_k`` and
     ``top_p`` as ``model.generate`` takes them: each one not given is ``model.generation_config``'s, else
-    generate's default (greedy; ``settings.resolve_sampling``); sampling draws from the artifact's seed
+    generate's default (greedy; ``generation_settings.resolve_sampling``); sampling draws from the artifact's seed
     (``art.manual_seed``). ``eos_token_id`` (an id or a list) and ``pad_token_id`` default to
-    ``model.generation_config``'s too, whose other settings are honoured or refused (``settings.py``).
+    ``model.generation_config``'s too, whose other settings are honoured or refused
+    (``generation_settings.py``).
     An encoder-decoder goes to ``seq2seq.export_seq2seq_generate`` (``input_ids`` is its source, of up to
     ``max_source_len`` tokens), which alone takes ``max_source_len``."""
     if model.training:

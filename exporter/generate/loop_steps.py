@@ -19,7 +19,7 @@ import torch
 from transformers.cache_utils import Cache, StaticLayer, get_layer_types_and_kwargs
 from transformers.configuration_utils import get_head_shapes
 
-from .settings import GenerationSettings, Sampling
+from .generation_settings import GenerationSettings, Sampling
 
 
 class LoopState(NamedTuple):
