@@ -6,7 +6,7 @@ boundary is kept by marker ops, as PyTorch/XLA's ``StableHLOCompositeBuilder`` d
 identity ``torch.library`` op with a fake, on each tensor input and output of one call, carrying the composite's
 name, the call's number, the tensor's position, the attributes (JSON) and the version. torch.export keeps custom
 ops as they are, through ``run_decompositions`` too. The exporter outlines each marked region into a
-``COMPOSITE_CALL`` node over a nested graph (``exporter.conversion.composites``); where a mark is left (nothing
+``COMPOSITE_CALL`` node over a nested graph (``exporter.conversion.composite_regions``); where a mark is left (nothing
 outlined it), it lowers as the identity.
 """
 from __future__ import annotations

@@ -85,6 +85,7 @@ def time_model(name: str, size: dict, repeats: int) -> None:
     import torch
 
     from torch_stablehlo.exporter import export_to_stablehlo
+    from torch_stablehlo.exporter.conversion.calls import tensor_inputs
     from torch_stablehlo.golden import zoo
     from torch_stablehlo.runtime import pjrt
     from torch_stablehlo.stablehlo_ir.dtypes import to_numpy
@@ -92,7 +93,7 @@ def time_model(name: str, size: dict, repeats: int) -> None:
     built = zoo.get(name).build(**size)
     model, args, kwargs = built.model, tuple(built.args), dict(built.kwargs)
     artifact = export_to_stablehlo(model, args, kwargs)
-    tensors = artifact.signature.tensor_inputs(args, kwargs)
+    tensors = tensor_inputs(artifact.signature, args, kwargs)
 
     def eager():
         with torch.no_grad():

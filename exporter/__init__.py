@@ -15,13 +15,13 @@ from .errors import (BundleError, BundleVersionError, ExportError, InputError, L
                      UnsupportedOpsError, WeightsError)
 from .scan_layers import scan_layers
 from .extensions import composite, lowering, scoped_lowering
-from .conversion.sharding import mark_sharding, tensor_parallel_shardings
+from .conversion.input_shardings import mark_sharding, tensor_parallel_shardings
 from .autoshard.plan import ShardingPlan
 from .plans import auto_shardings, fsdp_shardings
 from torch_stablehlo.runtime.spmd import MeshError
 
 if TYPE_CHECKING:  # what static tools see (at run time, __getattr__ below)
-    from .engine.api import export_engine
+    from .engine.export_engine import export_engine
     from .generate import GenerateArtifact, export_generate
 
 __all__ = ["export_to_stablehlo", "load_artifact", "StableHLOArtifact", "find_divergence", "Divergence",
@@ -30,7 +30,8 @@ __all__ = ["export_to_stablehlo", "load_artifact", "StableHLOArtifact", "find_di
            "UnsupportedOpsError", "InputError", "BundleError", "BundleVersionError", "WeightsError",
            "ShardingError", "MeshError", "export_generate", "GenerateArtifact", "export_engine", "EngineArtifact",
            "lowering", "scoped_lowering", "composite"]
-_NEEDS_TRANSFORMERS = {"export_generate": ".generate", "GenerateArtifact": ".generate", "export_engine": ".engine.api"}
+_NEEDS_TRANSFORMERS = {"export_generate": ".generate", "GenerateArtifact": ".generate",
+                       "export_engine": ".engine.export_engine"}
 
 
 def __getattr__(name: str):

@@ -26,7 +26,7 @@ def export_to_stablehlo(model, args=(), kwargs=None, *, dynamic_shapes=None, pla
 
     ``mesh`` (axis name -> size, e.g. ``{"data": 2, "model": 4}``) makes ``@main`` an SPMD program over that
     many devices; ``shardings`` maps input and weight names (``fnmatch`` patterns) to specs, one entry per dim:
-    a mesh axis, a tuple of axes, or None (see ``exporter.conversion.sharding``; a tensor-parallel plan works too);
+    a mesh axis, a tuple of axes, or None (see ``conversion.input_shardings``; a tensor-parallel plan works too);
     ``shardings="auto"`` searches a plan over the mesh (``exporter.auto_shardings``), kept as ``art.sharding_plan``.
     """
     if platform is not None and platforms is not None:

@@ -25,6 +25,7 @@ from torch_stablehlo.exported_program import STATE
 from torch_stablehlo.quantize.schemes import QUANTIZE
 
 from .formats.artifact import StableHLOArtifact
+from .conversion.calls import tensor_inputs
 from .conversion.locations import module_path, source_line
 from .conversion.lowerable import Conversion
 from .conversion.pipeline import convert
@@ -74,7 +75,7 @@ def find_divergence(model_or_program, args, kwargs=None, *, rtol: float | None =
     per-dtype defaults (``TOLERANCES``). Quantized programs are compared op by op in their unfused form."""
     kwargs = kwargs or {}
     conversion = convert(model_or_program, args, kwargs, quantized_ops="unfused")
-    tensors = conversion.signature.tensor_inputs(args, kwargs)
+    tensors = tensor_inputs(conversion.signature, args, kwargs)
     eager = _eager_values(conversion, tensors)
     compared = [n for n in conversion.graph_module.graph.nodes if _comparable(n)]
     ours: dict[torch.fx.Node, torch.Tensor] = {}

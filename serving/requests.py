@@ -13,7 +13,7 @@ from typing import Iterator
 import torch
 
 from torch_stablehlo.exporter.engine.state import Sampling, sampling_rows
-from torch_stablehlo.exporter.generate import settings
+from torch_stablehlo.exporter.generate import generation_settings
 from torch_stablehlo.exporter.formats.engine_artifact import EngineConfig, SamplingDefaults
 
 STOP, LENGTH, CANCELLED = "stop", "length", "cancelled"  # finish reasons: an eos, max_new_tokens, cancelled
@@ -65,11 +65,11 @@ def checked_max_new_tokens(max_new_tokens, prompt_len: int, config: EngineConfig
 def resolve_sampling(defaults: SamplingDefaults, vocab_size: int, do_sample=None, temperature=None, top_k=None,
                      top_p=None, seed=None) -> Sampling:
     """A request's sampling settings as the engine's rows hold them, resolved as ``model.generate`` and
-    ``export_generate`` resolve them (``generate.settings.resolve_sampling``: each argument given wins, else the
+    ``export_generate`` resolve them (``generation_settings.resolve_sampling``: each argument given wins, else the
     model's ``generation_config`` value, else generate's default); RequestError for a value out of range. A
     sampled request without a seed gets a random one."""
     try:
-        chosen = settings.resolve_sampling(defaults, do_sample, temperature, top_k, top_p)
+        chosen = generation_settings.resolve_sampling(defaults, do_sample, temperature, top_k, top_p)
     except ValueError as error:
         raise RequestError(str(error)) from None
     if seed is None:

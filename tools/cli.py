@@ -23,10 +23,10 @@ from tqdm import tqdm
 
 from torch_stablehlo.exporter import ShardingPlan, export_to_stablehlo, find_divergence, load_artifact
 from torch_stablehlo.exporter.autoshard.picture import plan_picture
-from torch_stablehlo.exporter.conversion.signature import Signature
 from torch_stablehlo.exporter.formats.bundle import DEFAULT_SHARD_BYTES
 from .inspection import bundle_report, format_report, human_size
 from torch_stablehlo.exporter.formats.iree import TARGET, compile_for_iree, parse_sizes
+from torch_stablehlo.exporter.formats.manifest_schema import signature_from_json
 from .npz import run_npz
 from torch_stablehlo.exporter.formats.versions import DEFAULT_TARGET, TARGET_CHOICES
 from torch_stablehlo.golden import store, zoo
@@ -335,7 +335,7 @@ def _bisect(name: str, report_path: Path | None) -> None:
 def _inspect(options) -> int:
     report = bundle_report(options.bundle, top=options.top)
     if options.shardings:
-        signature = Signature.from_json(report["signature"])
+        signature = signature_from_json(report["signature"])
         if not signature.mesh:
             print(f"{options.bundle}: one device (exported without a mesh): nothing is sharded")
             return 0

@@ -11,7 +11,7 @@ from torch_stablehlo.aten_lowerings import USER_FUNCTIONS
 from torch_stablehlo.stablehlo_ir.op_counts import op_histogram
 
 from torch_stablehlo.exporter.formats import bundle
-from torch_stablehlo.exporter.conversion.signature import Signature
+from torch_stablehlo.exporter.formats.manifest_schema import signature_from_json
 from torch_stablehlo.exporter.terminal import printable
 
 VERSION_KEYS = ("format_version", "stablehlo_version", "stablehlo_target", "producer", "producer_version",
@@ -56,7 +56,7 @@ def format_report(report: dict) -> str:
     cannot rewrite or hide lines of the report that vets it)."""
     lines = [f"bundle {report['path']}", "versions:"]
     lines += [f"  {key}: {value}" for key, value in report["versions"].items()]
-    lines += str(Signature.from_json(report["signature"])).splitlines()
+    lines += str(signature_from_json(report["signature"])).splitlines()
     ops = report["ops"]
     lines.append(f"ops: {sum(ops.values())} ({len(ops)} kinds)")
     lines += [f"  {count:6d}  {name}" for name, count in ops.items()]

@@ -37,6 +37,7 @@ import torch.utils._pytree as pytree
 from tqdm import tqdm
 
 from torch_stablehlo.exporter import export_to_stablehlo
+from torch_stablehlo.exporter.conversion.calls import tensor_inputs
 from torch_stablehlo.exporter.tolerances import TOLERANCES
 
 from . import generate_sweep
@@ -94,7 +95,7 @@ def _saved_model_pass(artifact, model, inputs: dict, folder: Path) -> dict:
         path = artifact.save_tf_saved_model(folder / "saved_model")
         signature = tf.saved_model.load(str(path)).signatures["serving_default"]
         slots = [slot for slot in artifact.signature.user_inputs if slot.tensor is not None]
-        tensors = artifact.signature.tensor_inputs((), inputs)
+        tensors = tensor_inputs(artifact.signature, (), inputs)
         served = signature(**{slot.tensor.name: tf.constant(t.numpy()) for slot, t in zip(slots, tensors)})
         names = [slot.tensor.name for slot in artifact.signature.user_outputs if slot.tensor is not None]
         outputs = [torch.from_numpy(served[name].numpy()) for name in names]

@@ -31,6 +31,7 @@ import torch
 import torch.utils._pytree as pytree
 
 from torch_stablehlo.exporter import export_to_stablehlo
+from torch_stablehlo.exporter.conversion.calls import tensor_inputs
 
 from torch_stablehlo.golden import store, zoo
 from .run_bundles import BUNDLE, ERROR, INPUTS, OUTPUTS
@@ -145,7 +146,7 @@ def _prepare(name: str, folder: Path) -> _Prepared:
     artifact.save_tf_saved_model(folder / "saved_model")
     slots = [slot for slot in artifact.signature.user_inputs if slot.tensor is not None]
     inputs = {slot.tensor.name: t.numpy() for slot, t in
-              zip(slots, artifact.signature.tensor_inputs(golden.args, golden.kwargs))}
+              zip(slots, tensor_inputs(artifact.signature, golden.args, golden.kwargs))}
     np.savez(folder / INPUTS, **inputs)
     for input_name, value in inputs.items():
         np.save(folder / f"{input_name}.npy", value)

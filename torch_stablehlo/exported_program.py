@@ -23,11 +23,12 @@ class Kind:
     returned: bool  # writes to it are outputs of the program's own (torch functionalises them), never carried state
 
 
+PARAMETER, BUFFER, CONSTANT, USER_INPUT = "parameter", "buffer", "constant", "user_input"
 INPUT_KINDS = {
-    InputKind.PARAMETER: Kind("parameter", weight=True, returned=True),
-    InputKind.BUFFER: Kind("buffer", weight=True, returned=False),
-    InputKind.CONSTANT_TENSOR: Kind("constant", weight=True, returned=False),
-    InputKind.USER_INPUT: Kind("user_input", weight=False, returned=True),
+    InputKind.PARAMETER: Kind(PARAMETER, weight=True, returned=True),
+    InputKind.BUFFER: Kind(BUFFER, weight=True, returned=False),
+    InputKind.CONSTANT_TENSOR: Kind(CONSTANT, weight=True, returned=False),
+    InputKind.USER_INPUT: Kind(USER_INPUT, weight=False, returned=True),
 }
 """The input kinds the conversion takes (the signature refuses the others: custom objects, tokens)."""
 STATE = "state"

@@ -19,7 +19,7 @@ from torch.export import ExportedProgram
 
 from torch_stablehlo.runtime.device_costs import Collective, DeviceCosts, device_costs
 
-from ..conversion.sharding import check_mesh
+from ..conversion.input_shardings import check_mesh
 from ..conversion.signature import Signature
 from .plan import ShardingPlan, checked_budget, data_parallel_plan, fsdp_plan, ilp_plan
 from .timing import timeable, timed_plans

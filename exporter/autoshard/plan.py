@@ -11,11 +11,11 @@ from dataclasses import dataclass
 import torch
 from torch.export import ExportedProgram
 
-from torch_stablehlo.exported_program import copied_graph_module
+from torch_stablehlo.exported_program import USER_INPUT, copied_graph_module
 from torch_stablehlo.runtime.device_costs import DeviceCosts
 from torch_stablehlo.stablehlo_ir.shardy import Spec
 
-from ..conversion.signature import Signature
+from ..conversion.signature import RNG_SEED, Signature
 from ..errors import ShardingError
 from .op_dims import CONTRACTIONS, shape_of
 from .picture import entry_axes, plan_text
@@ -78,7 +78,7 @@ def held_slots(signature: Signature, program: ExportedProgram) -> dict[torch.fx.
     """The program's placeholders that are weights or inputs, by signature name."""
     placeholders = [n for n in program.graph.nodes if n.op == "placeholder"]
     return {node: slot.name for node, slot in zip(placeholders, signature.inputs)
-            if slot.tensor is not None and slot.kind != "rng_seed"}
+            if slot.tensor is not None and slot.kind != RNG_SEED}
 
 
 def checked_budget(max_bytes_per_device):
@@ -149,7 +149,7 @@ def fsdp_plan(program: ExportedProgram, signature: Signature, axis: str = "fsdp"
         shape = [int(d) if isinstance(d, int) else None for d in value.shape]
         held[name] = Held(tuple(value.shape), value.element_size())
         slot_kind = next(s.kind for s in signature.inputs if s.name == name)
-        if slot_kind == "user_input":
+        if slot_kind == USER_INPUT:
             ok = batch_axis is not None and shape and (shape[0] is None or shape[0] % sizes.get(batch_axis, 1) == 0)
             specs[name] = (batch_axis,) if ok else ()
             continue

@@ -18,6 +18,8 @@ from torch.export import ExportedProgram
 
 from torch_stablehlo.exported_program import WeightRewrite
 
+from ..conversion.calls import tensor_inputs
+from ..conversion.inplace import InPlaceWrites
 from ..conversion.lowerable import lowerable
 from ..conversion.signature import Signature, signature_of
 from ..formats.artifact import StableHLOArtifact
@@ -40,13 +42,14 @@ def timed_plans(program: ExportedProgram, signature: Signature, plans: dict[str,
                 rounds: int = ROUNDS) -> dict[str, float]:
     """Seconds of the best call of each plan (by name), on ``program``'s shallow copy."""
     shallow = shallow_program(program, held_slots(signature, program))
-    shallow_signature = signature_of(shallow)
+    shallow_writes = InPlaceWrites.of_program(shallow)
+    shallow_signature = signature_of(shallow, shallow_writes.kinds)
     args, kwargs = program.example_inputs
-    inputs = shallow_signature.tensor_inputs(args, kwargs)
+    inputs = tensor_inputs(shallow_signature, args, kwargs)
     runs = {}
     for name, plan in plans.items():
-        conversion = lowerable(shallow, shallow_signature, None, {}, plan.mesh, _restricted(plan, shallow_signature,
-                                                                                          shallow), (platform,))
+        sharded = _restricted(plan, shallow_signature, shallow)
+        conversion = lowerable(shallow, shallow_signature, shallow_writes, plan.mesh, sharded, (platform,))
         text = conversion.lower().operation.get_asm()
         runs[name] = StableHLOArtifact(text, conversion.signature, conversion.weights, platform=platform)
     best = dict.fromkeys(runs, float("inf"))

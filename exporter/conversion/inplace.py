@@ -15,15 +15,21 @@ writes; ``exported_program.input_kinds``): a state placeholder is rebound like a
 walk is its new value, which ``@main`` returns (``GraphLowering``). A write to part of a state tensor (through a
 slice) cannot be carried so; such writes, and writes to the inputs whose updates the program returns itself
 (user inputs, parameters), are left to ``run_decompositions``, which returns them.
+
+What a program writes is found once per graph (``InPlaceWrites``) and read by every later step: the unsupported
+targets, the mutations left to ``run_decompositions``, the signature's input kinds and the graph walk.
 """
 from __future__ import annotations
 
 import operator
-from typing import NamedTuple
+from dataclasses import dataclass
+from typing import NamedTuple, Sequence
 
 import torch
+from torch.export import ExportedProgram
 
 from torch_stablehlo.aten_lowerings import RANDOM_OPS, lowering_for
+from torch_stablehlo.exported_program import input_kinds, returned_placeholders
 
 aten = torch.ops.aten
 
@@ -43,6 +49,39 @@ class Write(NamedTuple):
     through: tuple[torch.fx.Node, ...] = ()
 
 
+@dataclass(frozen=True)
+class InPlaceWrites:
+    """What one graph writes in place, found once (``of_program``) and read by the later steps."""
+    graph_module: torch.fx.GraphModule
+    kinds: tuple[str | None, ...]        # each placeholder's kind (``exported_program.input_kinds``): the written
+                                         # buffers and constants are state
+    written: dict[torch.fx.Node, set]    # each node that writes a placeholder -> the placeholders it writes
+    functional: dict[torch.fx.Node, Write]  # the in-place nodes the walk lowers as their twin (``functionalised``)
+    left: tuple[torch.fx.Node, ...]      # the mutating nodes the walk cannot functionalise: run_decompositions'
+
+    @classmethod
+    def of_program(cls, program: ExportedProgram) -> "InPlaceWrites":
+        """The writes of ``program``'s graph, its placeholders' kinds read from what the graph writes."""
+        aliases = _alias_classes(list(program.graph.nodes))
+        written = written_placeholders(program.graph_module, aliases)
+        return cls._of(program.graph_module, input_kinds(program, set().union(*written.values())), written, aliases)
+
+    def on_copy(self, graph_module: torch.fx.GraphModule) -> "InPlaceWrites":
+        """The writes of a copy of this graph (the same placeholders, other nodes: quantization annotated,
+        composites outlined); this analysis itself for the same graph."""
+        if graph_module is self.graph_module:
+            return self
+        aliases = _alias_classes(list(graph_module.graph.nodes))
+        return InPlaceWrites._of(graph_module, self.kinds, written_placeholders(graph_module, aliases), aliases)
+
+    @classmethod
+    def _of(cls, graph_module: torch.fx.GraphModule, kinds: Sequence[str | None], written: dict,
+            aliases: dict) -> "InPlaceWrites":
+        functional = functionalised(graph_module, returned_placeholders(graph_module, kinds), aliases)
+        return cls(graph_module, tuple(kinds), written, functional,
+                   tuple(unfunctionalised_mutations(graph_module, functional)))
+
+
 def functional_twin(target) -> torch._ops.OpOverload | None:
     """The out-of-place overload of an aten op that writes only its first argument (``add_.Tensor`` ->
     ``add.Tensor``), or None."""
@@ -57,8 +96,9 @@ def functional_twin(target) -> torch._ops.OpOverload | None:
     return None if twin is None or twin._schema.is_mutable else twin
 
 
-def functionalised(graph_module: torch.fx.GraphModule, returned=None) -> dict[torch.fx.Node, Write]:
-    """In-place nodes of ``graph_module`` the walk lowers as their functional twin.
+def functionalised(graph_module: torch.fx.GraphModule, returned=None, aliases=None) -> dict[torch.fx.Node, Write]:
+    """In-place nodes of ``graph_module`` the walk lowers as their functional twin (``aliases``: the graph's
+    ``_alias_classes``, made here if not given).
 
     ``returned`` is the set of placeholders whose writes the program returns itself (user inputs, parameters):
     those are left to ``run_decompositions``; None means every placeholder (a nested graph's inputs are its
@@ -69,7 +109,8 @@ def functionalised(graph_module: torch.fx.GraphModule, returned=None) -> dict[to
     position = {node: i for i, node in enumerate(nodes)}
     placeholders = [n for n in nodes if n.op in ("placeholder", "get_attr")]
     returned = set(placeholders if returned is None else returned) | {n for n in nodes if n.op == "get_attr"}
-    aliases, identities = _alias_classes(nodes), _identity_classes(nodes)
+    aliases = _alias_classes(nodes) if aliases is None else aliases
+    identities = _identity_classes(nodes)
     writes = {}
     for node in nodes:
         twin = functional_twin(node.target) if node.op == "call_function" else None
@@ -99,17 +140,16 @@ def _views_written(node) -> list[torch.fx.Node]:
     return chain
 
 
-def written_placeholders(graph_module: torch.fx.GraphModule, writers=None) -> dict[torch.fx.Node, set]:
-    """Each node of ``writers`` (default: every node) that writes a placeholder, itself or through an alias ->
-    the placeholders it writes."""
+def written_placeholders(graph_module: torch.fx.GraphModule, aliases=None) -> dict[torch.fx.Node, set]:
+    """Each node that writes a placeholder, itself or through an alias -> the placeholders it writes
+    (``aliases``: the graph's ``_alias_classes``, made at the first write if not given)."""
     nodes = list(graph_module.graph.nodes)
-    aliases = None  # the graph's alias classes, made at the first write (most graphs write nothing)
     written = {}
-    for node in nodes if writers is None else writers:
+    for node in nodes:
         arguments = _written_arguments(node)
         if not arguments:
             continue
-        aliases = aliases or _alias_classes(nodes)
+        aliases = _alias_classes(nodes) if aliases is None else aliases
         placeholders = {m for value in arguments for m in aliases[value] if m.op == "placeholder"}
         if placeholders:
             written[node] = placeholders

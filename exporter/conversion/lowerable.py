@@ -3,6 +3,7 @@
 and times for each plan it weighs (``exporter.autoshard.timing``)."""
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -15,10 +16,11 @@ from torch_stablehlo.quantize import lowering_graph
 from torch_stablehlo.stablehlo_ir.mlir_context import make_context
 
 from ..autoshard.plan import ShardingPlan, constrained_graph
-from .composites import outline_composites
-from .graph_lowering import GraphLowering, functionalised_for
+from .composite_regions import outline_composites
+from .graph_lowering import GraphLowering
+from .inplace import InPlaceWrites
+from .input_shardings import shard_signature
 from .read_only import untouched
-from .sharding import shard_signature
 from .signature import Signature
 
 
@@ -28,7 +30,7 @@ class Conversion:
     program: ExportedProgram             # the convertible program (see ``convert``)
     signature: Signature                 # @main's calling convention
     graph_module: torch.fx.GraphModule   # the graph to lower (``quantize.lowering_graph``)
-    writes: dict                         # its in-place nodes the walk lowers functionally (``inplace.functionalised``)
+    writes: InPlaceWrites                # what that graph writes in place
     weights: dict[str, torch.Tensor]     # @main's held arguments: the weights and the state's exported values
     plan: ShardingPlan | None = None     # the searched sharding plan (shardings="auto" or a ShardingPlan given)
 
@@ -36,22 +38,22 @@ class Conversion:
         """``@main`` in a fresh module, for the signature's platforms; it also returns the values of the
         ``exposed`` top-graph nodes, last."""
         with untouched(shape_env_of(self.program), "lowering"):
-            return GraphLowering(self.graph_module, self.signature, exposed, self.writes).lower(make_context())
+            lowering = GraphLowering(self.graph_module, self.signature, exposed, self.writes.functional)
+            return lowering.lower(make_context())
 
 
-def lowerable(program: ExportedProgram, signature: Signature, checked: torch.fx.GraphModule, writes: dict, mesh,
-              shardings, platforms: Sequence[str] = (), quantized_ops: str = "fused") -> Conversion:
+def lowerable(program: ExportedProgram, signature: Signature, writes: InPlaceWrites, mesh, shardings,
+              platforms: Sequence[str] = (), quantized_ops: str = "fused") -> Conversion:
     """``program`` ready to lower: ``signature`` sharded over ``mesh`` as ``shardings`` says (a mapping, a
     ``ShardingPlan`` or None), the graph to lower (quantization ops as ``quantized_ops`` says, composites
-    outlined, a plan's activation constraints added) and its in-place nodes the walk lowers functionally
-    (``writes``: the functionalisation of the graph ``checked``, where the graph to lower is that graph)."""
-    signature = shard_signature(signature, mesh, shardings, program.graph_module)
-    signature.platforms = list(platforms)
+    outlined, a plan's activation constraints added) and what it writes in place (``writes``: the analysis of
+    ``program``'s graph, carried over to the graph to lower where that is a copy)."""
+    signature = dataclasses.replace(shard_signature(signature, mesh, shardings, program.graph_module),
+                                    platforms=list(platforms))
     graph_module = outline_composites(lowering_graph(program, quantized_ops))
     if isinstance(shardings, ShardingPlan) and shardings.constraints and mesh is not None:  # activation layouts
         graph_module = constrained_graph(graph_module, shardings.constraints)
-    if graph_module is not checked:  # stacks folded, quantization ops annotated or composites outlined: a copy
-        writes = functionalised_for(graph_module, signature)
+    writes = writes.on_copy(graph_module)  # a copy where quantization ops are annotated or composites outlined
     plan = shardings if isinstance(shardings, ShardingPlan) and mesh is not None else None
     return Conversion(program, signature, graph_module, writes, held_values(program, signature), plan)
 

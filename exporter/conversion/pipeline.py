@@ -2,8 +2,8 @@
 (or the ExportedProgram taken), its quantization prepared, in-place ops functionalised and ops without a lowering
 decomposed, stacks of weights (``scan_layers``) folded, the signature read and the graph to lower chosen.
 
-Each graph is functionalised (``inplace.functionalised``) once: the unsupported targets, the mutations left to
-``run_decompositions`` and the graph walk all read that one result.
+What each graph writes in place is found once (``inplace.InPlaceWrites``): the unsupported targets, the mutations
+left to ``run_decompositions``, the signature's input kinds and the graph walk all read that one value.
 """
 from __future__ import annotations
 
@@ -15,17 +15,17 @@ from torch._export.utils import _get_decomp_for_cia
 from torch.export import ExportedProgram
 
 from torch_stablehlo.aten_lowerings import op_name
-from torch_stablehlo.exported_program import kind_name, returned_placeholders, shape_env_of
+from torch_stablehlo.exported_program import CONSTANT, kind_name, shape_env_of
 from torch_stablehlo.quantize import plain_quantized_weights, prepare_quantized
 
 from ..autoshard.choose import search_plan
 from ..errors import LoweringError, ShardingError, UnsupportedOpsError
 from .graph_lowering import unsupported_targets
-from .inplace import functionalised, unfunctionalised_mutations, written_placeholders
+from .inplace import InPlaceWrites
 from .locations import describe
 from .lowerable import Conversion, lowerable
 from .read_only import untouched
-from .signature import Signature, program_input_kinds, signature_of
+from .signature import Signature, signature_of
 from .weight_stacks import fold_weight_stacks
 
 
@@ -36,11 +36,11 @@ def convert(model, args=(), kwargs=None, *, dynamic_shapes=None, quantized_ops: 
     JAX's default backend lowers the JAX functions, and a user's lowering for any platform may be picked."""
     exported = _exported(model, args, kwargs, dynamic_shapes)
     with untouched(shape_env_of(exported)):  # the caller's program stays as it was (``read_only``)
-        program, writes, checked = _ready(exported)
-        signature = signature_of(program)
+        program, writes = _ready(exported)
+        signature = signature_of(program, writes.kinds)
         if isinstance(shardings, str):
             shardings = _searched_plan(program, signature, mesh, shardings, platforms)
-        return lowerable(program, signature, checked, writes, mesh, shardings, platforms, quantized_ops)
+        return lowerable(program, signature, writes, mesh, shardings, platforms, quantized_ops)
 
 
 def prepared_program(model, args=(), kwargs=None, dynamic_shapes=None) -> tuple[ExportedProgram, Signature]:
@@ -48,15 +48,15 @@ def prepared_program(model, args=(), kwargs=None, dynamic_shapes=None) -> tuple[
     sharding plans are made for."""
     exported = _exported(model, args, kwargs, dynamic_shapes)
     with untouched(shape_env_of(exported)):
-        program = _ready(exported)[0]
-        return program, signature_of(program)
+        program, writes = _ready(exported)
+        return program, signature_of(program, writes.kinds)
 
 
-def _ready(exported: ExportedProgram) -> tuple[ExportedProgram, dict, torch.fx.GraphModule]:
-    """The program with quantization prepared, decomposed and its weight stacks folded; the functionalisation of
-    the graph that was checked, and that graph."""
+def _ready(exported: ExportedProgram) -> tuple[ExportedProgram, InPlaceWrites]:
+    """The program with quantization prepared, decomposed and its weight stacks folded, and what it writes."""
     program, writes = _decomposed(prepare_quantized(exported))
-    return fold_weight_stacks(program), writes, program.graph_module
+    folded = fold_weight_stacks(program)
+    return folded, writes if folded is program else InPlaceWrites.of_program(folded)
 
 
 def _searched_plan(program: ExportedProgram, signature: Signature, mesh, shardings: str, platforms):
@@ -80,9 +80,9 @@ def _exported(model, args, kwargs, dynamic_shapes) -> ExportedProgram:
                     f"got {type(model).__name__}")
 
 
-def _decomposed(program: ExportedProgram) -> tuple[ExportedProgram, dict]:
-    """Functionalise in-place ops and decompose only the ops without a lowering; the program and its graph's
-    functionalisation.
+def _decomposed(program: ExportedProgram) -> tuple[ExportedProgram, InPlaceWrites]:
+    """Functionalise in-place ops and decompose only the ops without a lowering; the program and what its graph
+    writes.
 
     ``run_decompositions`` re-traces the whole program (about 1 s for GPT-2), so
     it runs only when the graph has an op we cannot lower or a mutation the walk cannot functionalise
@@ -92,9 +92,8 @@ def _decomposed(program: ExportedProgram) -> tuple[ExportedProgram, dict]:
     """
     writes, missing = _checked(program)
     decomposable = _decompositions(missing)
-    mutations = unfunctionalised_mutations(program.graph_module, writes)
-    _refuse_uncarried_constants(program, mutations)
-    if decomposable or mutations or any(getattr(t, "__module__", None) in _RETRACED for t in missing):
+    _refuse_uncarried_constants(program, writes)
+    if decomposable or writes.left or any(getattr(t, "__module__", None) in _RETRACED for t in missing):
         program = program.run_decompositions(decomposable)
         writes, missing = _checked(program)
     tried = set(decomposable)
@@ -105,7 +104,7 @@ def _decomposed(program: ExportedProgram) -> tuple[ExportedProgram, dict]:
     if missing:
         raise UnsupportedOpsError({_unsupported_name(t, nodes[0]): (len(nodes), describe(nodes[0]))
                                    for t, nodes in missing.items()})
-    uncarried = unfunctionalised_mutations(program.graph_module, writes)
+    uncarried = writes.left
     if uncarried:
         raise LoweringError(f"{len(uncarried)} in-place write(s) cannot be carried, e.g. {op_name(uncarried[0].target)} "
                             f"at {describe(uncarried[0])} ({uncarried[0].format_node()}): it writes part of a tensor "
@@ -126,14 +125,14 @@ def _unsupported_name(target, node: torch.fx.Node) -> str:
         op_name(target) else op_name(target)
 
 
-def _refuse_uncarried_constants(program: ExportedProgram, mutations: list[torch.fx.Node]) -> None:
+def _refuse_uncarried_constants(program: ExportedProgram, writes: InPlaceWrites) -> None:
     """Raise LoweringError for a write the walk cannot carry (part of a tensor, through a view) into a lifted
     constant: ``run_decompositions`` cannot functionalise those either."""
     placeholders = [n for n in program.graph.nodes if n.op == "placeholder"]
     constants = {n: spec.target for n, spec in zip(placeholders, program.graph_signature.input_specs)
-                 if kind_name(spec) == "constant"}
-    for node, written in written_placeholders(program.graph_module, mutations).items():
-        for placeholder in written & set(constants):
+                 if kind_name(spec) == CONSTANT}
+    for node in writes.left:
+        for placeholder in writes.written.get(node, set()) & set(constants):
             raise LoweringError(
                 f"{op_name(node.target)} at {describe(node)} writes part of the lifted constant "
                 f"'{constants[placeholder]}' through a view ({node.format_node()}): that state cannot be carried "
@@ -142,11 +141,10 @@ def _refuse_uncarried_constants(program: ExportedProgram, mutations: list[torch.
                 "(register_buffer(..., persistent=False)) or write the whole tensor")
 
 
-def _checked(program: ExportedProgram) -> tuple[dict, dict]:
-    """The program's graph functionalised, and the targets in it without a lowering (reading that)."""
-    graph_module = program.graph_module
-    writes = functionalised(graph_module, returned_placeholders(graph_module, program_input_kinds(program)))
-    return writes, unsupported_targets(graph_module, writes)
+def _checked(program: ExportedProgram) -> tuple[InPlaceWrites, dict]:
+    """What the program's graph writes, and the targets in it without a lowering (reading that)."""
+    writes = InPlaceWrites.of_program(program)
+    return writes, unsupported_targets(program.graph_module, writes.functional)
 
 
 def _decompositions(targets) -> dict:

@@ -2,11 +2,10 @@
 from __future__ import annotations
 
 import dataclasses
-import math
+import functools
 from dataclasses import dataclass, field
 from typing import Sequence
 
-import numpy as np
 import sympy
 import torch
 import torch.utils._pytree as pytree
@@ -14,16 +13,15 @@ from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
 from torch_stablehlo.aten_lowerings import RNG_SEED_DTYPE, RNG_SEED_NAME, uses_random
 from torch_stablehlo.exported_program import (HELD_KINDS, INPUT_KINDS, INPUT_UPDATE, OUTPUT_KINDS, STATE, STATE_UPDATE,
-                                              USER_OUTPUT, WEIGHT_KINDS, input_kinds)
-from torch_stablehlo.stablehlo_ir.dtypes import PYTHON_SCALAR_DTYPES, scalar_type, uncarried
+                                              USER_INPUT, USER_OUTPUT, WEIGHT_KINDS)
+from torch_stablehlo.stablehlo_ir.dtypes import PYTHON_SCALAR_DTYPES, scalar_type
 from torch_stablehlo.stablehlo_ir.platforms import PLATFORMS
-from torch_stablehlo.stablehlo_ir.shardy import Spec, normalize_spec, num_devices, spec_text
+from torch_stablehlo.stablehlo_ir.shardy import Spec, num_devices, spec_text
 from torch_stablehlo.stablehlo_ir.specs import TensorSpec, dtype_name
 
-from ..errors import DimensionError, ExportError, InputError
+from ..errors import ExportError
 from ..terminal import printable
 from . import symbolic_dims
-from .inplace import written_placeholders
 from .trees import load_treespec
 
 
@@ -41,20 +39,6 @@ class InputSlot:
     ones_like: str | None = None
     scalar: str | None = None      # "int": a SymInt user input, a 0-d int64 in @main, given as a Python int
 
-    def to_json(self) -> dict:
-        return {"name": self.name, "kind": self.kind, "target": self.target, "value": self.value,
-                "tensor": self.tensor.to_json() if self.tensor else None,
-                "sharding": [list(axes) for axes in self.sharding] if self.sharding is not None else None,
-                "scalar": self.scalar, **({"ones_like": self.ones_like} if self.ones_like is not None else {})}
-
-    @classmethod
-    def from_json(cls, data: dict) -> "InputSlot":
-        tensor = TensorSpec.from_json(data["tensor"]) if data["tensor"] else None
-        sharding = data.get("sharding")
-        return cls(data["name"], data["kind"], data["target"], tensor, data["value"],
-                   normalize_spec(sharding) if sharding is not None else None, ones_like=data.get("ones_like"),
-                   scalar=data.get("scalar"))
-
 
 @dataclass(frozen=True)
 class OutputSlot:
@@ -65,15 +49,6 @@ class OutputSlot:
     tensor: TensorSpec | None      # None for a constant output (not among @main's results)
     scalar: str | None = None      # "int" | "float" | "bool": a SymInt/SymFloat/SymBool, a 0-d tensor in @main
     value: object = None           # a constant output's value
-
-    def to_json(self) -> dict:
-        return {"kind": self.kind, "target": self.target, "tensor": self.tensor.to_json() if self.tensor else None,
-                "scalar": self.scalar, "value": self.value}
-
-    @classmethod
-    def from_json(cls, data: dict) -> "OutputSlot":
-        tensor = TensorSpec.from_json(data["tensor"]) if data["tensor"] else None
-        return cls(data["kind"], data["target"], tensor, data.get("scalar"), data.get("value"))
 
     def user_value(self, result):
         """The Python value the caller gets for this user output from its ``@main`` result (None for a constant)."""
@@ -96,8 +71,10 @@ RNG_SEED = RNG_SEED_NAME
 RNG_SEED_SLOT = InputSlot(RNG_SEED, RNG_SEED, None, TensorSpec(RNG_SEED, dtype_name(RNG_SEED_DTYPE), ()))
 
 
-@dataclass
+@dataclass(frozen=True)
 class Signature:
+    """``@main``'s calling convention: its arguments and results, the pytrees a call's inputs and outputs make
+    around them, their symbolic dims, the mesh and the platforms it is lowered for. Fixed once made."""
     inputs: list[InputSlot]
     outputs: list[OutputSlot]
     in_spec: str                   # pytree spec of (args, kwargs), as torch's treespec_dumps
@@ -111,7 +88,9 @@ class Signature:
     # the platforms @main is lowered for, in the order its platform index counts them (see takes_platform_index);
     # none recorded in a bundle made before they were: lowered for one
     platforms: list[str] = field(default_factory=list)
-    _trees: dict = field(default_factory=dict, repr=False, compare=False)
+    # (in_spec, out_spec) as TreeSpecs where this process exported the program: their exact types (the strings
+    # above name tuple subclasses torch cannot serialise as plain tuples); None: read from the strings
+    live_trees: tuple | None = field(default=None, repr=False, compare=False)
 
     @property
     def weights(self) -> list[InputSlot]:
@@ -134,7 +113,7 @@ class Signature:
 
     @property
     def user_inputs(self) -> list[InputSlot]:
-        return [s for s in self.inputs if s.kind == "user_input"]
+        return [s for s in self.inputs if s.kind == USER_INPUT]
 
     @property
     def main_inputs(self) -> list[InputSlot]:
@@ -162,7 +141,7 @@ class Signature:
     def sharded(self, mesh: dict[str, int], specs: dict[str, Spec]) -> "Signature":
         """This signature over ``mesh``, with the input and weight slots named in ``specs`` split as they say."""
         inputs = [dataclasses.replace(s, sharding=specs[s.name]) if s.name in specs else s for s in self.inputs]
-        return dataclasses.replace(self, inputs=inputs, mesh=dict(mesh))  # the loaded pytree specs shared
+        return dataclasses.replace(self, inputs=inputs, mesh=dict(mesh))
 
     @property
     def num_devices(self) -> int:
@@ -188,128 +167,15 @@ class Signature:
         """Whether any user input has a symbolic dim."""
         return any(isinstance(d, str) for s in self.user_inputs if s.tensor for d in s.tensor.shape)
 
-    def check_dims(self, tensors: list) -> dict[str, int]:
-        """Bind the symbolic dims from the tensor inputs (``@main`` order) and check each against its range and
-        the other dims it must equal; raises DimensionError. Returns symbol -> size."""
-        slots = [s for s in self.user_inputs if s.tensor is not None]
-        sizes = symbolic_dims.check_dims([s.tensor for s in slots], tensors, self.dims) if self.is_dynamic else {}
-        for slot, value in zip(slots, tensors):
-            if slot.scalar:  # an int input: in its symbol's range, and equal to the dims that have that symbol
-                number = int(value.item())
-                symbolic_dims.check_range(slot.value, number, self.dims, f"input '{slot.name}' is {number}, outside "
-                                          f"the allowed range {{}} of its symbol {slot.value}")
-                if sizes.setdefault(slot.value, number) != number:
-                    raise DimensionError(f"input '{slot.name}' is {number}, but it must equal the size "
-                                         f"{slot.value} = {sizes[slot.value]} of a tensor input's dim")
-        self._check_splits(tensors)
-        return sizes
+    @functools.cached_property
+    def in_tree(self) -> pytree.TreeSpec:
+        """The pytree of ``(args, kwargs)`` a call takes."""
+        return self.live_trees[0] if self.live_trees else load_treespec(self.in_spec)
 
-    def _check_splits(self, tensors: list) -> None:
-        """Raise DimensionError if an input dim split over mesh axes is not a multiple of their device count (a
-        symbolic dim can be any size in its range; XLA would pad the last shard and return wrong rows)."""
-        slots = [s for s in self.user_inputs if s.tensor is not None]
-        for slot, value in zip(slots, tensors):
-            for dim, axes in enumerate(slot.sharding or ()):
-                parts = math.prod(self.mesh[axis] for axis in axes)
-                if value.shape[dim] % parts:
-                    raise DimensionError(
-                        f"input '{slot.name}' dim {dim} is {value.shape[dim]}, but it is split over the mesh axes "
-                        f"{', '.join(map(repr, axes))} ({parts} devices): give a multiple of {parts}, or export "
-                        f"without splitting dim {dim}")
-
-    def tensor_inputs(self, args: tuple, kwargs: dict) -> list:
-        """The tensor leaves of ``(args, kwargs)`` in ``@main`` order, after checking the structure
-        and that every non-tensor input has the value export specialised it to."""
-        in_spec = self.tree("in_spec")
-        expected_positional = in_spec.child(0).num_children
-        args, kwargs = self._positional_by_name(tuple(args), kwargs, expected_positional)
-        if len(args) != expected_positional:
-            raise InputError(f"expected {expected_positional} positional input(s), got {len(args)} "
-                             f"(inputs: {', '.join(s.name for s in self.user_inputs)})")
-        expected_keys = list(in_spec.child(1).context) if in_spec.num_children == 2 else []
-        kwargs = self._with_defaults(args, kwargs, expected_keys)
-        unknown = sorted(set(kwargs) - set(expected_keys))
-        missing = [k for k in expected_keys if k not in kwargs]
-        if unknown or missing:
-            raise InputError(f"keyword inputs: expected {expected_keys}"
-                             + (f"; unexpected {unknown}" if unknown else "")
-                             + (f"; missing {missing}" if missing else ""))
-        flat, spec = pytree.tree_flatten(_sizes_as_tuples((tuple(args), {k: kwargs[k] for k in expected_keys})))
-        if spec != in_spec:
-            raise InputError(f"inputs do not have the structure the model was exported with.\n"
-                             f"  expected: {in_spec}\n  got:      {spec}")
-        for slot, value in zip(self.user_inputs, flat):
-            if slot.tensor is None and value != slot.value:
-                raise InputError(f"input '{slot.name}' was specialised to {slot.value!r} at export; got {value!r}")
-            if slot.scalar and (isinstance(value, bool) or not isinstance(value, (int, torch.SymInt))):
-                raise InputError(f"input '{slot.name}': expected a Python int (its symbol {slot.value} in "
-                                 f"{self.dims.get(slot.value)}), got {type(value).__name__}")
-        return [torch.tensor(int(value)) if slot.scalar else value
-                for slot, value in zip(self.user_inputs, flat) if slot.tensor is not None]
-
-    def _with_defaults(self, args: tuple, kwargs: dict, expected_keys: list) -> dict:
-        """``kwargs`` with each left-out keyword input that has a default (``InputSlot.ones_like``) filled in: ones
-        like the input it names (a torch tensor for a torch tensor, else a numpy array)."""
-        given = {**dict(zip(self.arg_names, args)), **kwargs}
-        defaults = {}
-        for slot in self.user_inputs:
-            source = given.get(slot.ones_like)
-            if slot.ones_like is not None and slot.name in expected_keys and slot.name not in kwargs \
-                    and source is not None:
-                defaults[slot.name] = torch.ones_like(source) if isinstance(source, torch.Tensor) else \
-                    np.ones(np.shape(source), np.asarray(source).dtype)
-        return {**kwargs, **defaults}
-
-    def _positional_by_name(self, args: tuple, kwargs: dict, count: int) -> tuple[tuple, dict]:
-        """``(args, kwargs)`` with the positional parameters a call names (``art(x=x, idx=idx)``, as eager takes
-        them) moved to ``args``, when every one after those given by position is named."""
-        named = self.arg_names[len(args):count]
-        if len(args) >= count or len(named) != count - len(args) or not all(name in kwargs for name in named):
-            return args, kwargs
-        return (*args, *(kwargs[name] for name in named)), {k: v for k, v in kwargs.items() if k not in named}
-
-    def output_values(self, results: list) -> list:
-        """``@main``'s results, one per ``main_outputs`` slot, in the slot's dtype (``stablehlo_ir.dtypes.CARRIED``);
-        each output with a data-dependent dim sliced to the size ``@main`` returned for it (after the outputs).
-        A result given as None (the state, which stays on the device) stays None."""
-        count = len(self.main_outputs)
-        sizes = {name: int(size.item()) for name, size in zip(self.sizes, results[count:])}
-        values = []
-        for slot, value in zip(self.main_outputs, results[:count]):
-            if value is not None and not slot.scalar:
-                value = uncarried(value, slot.tensor.torch_dtype)
-                for dim, size in enumerate(slot.tensor.shape):
-                    if size in sizes and not 0 <= sizes[size] <= value.shape[dim]:
-                        raise DimensionError(
-                            f"output '{slot.tensor.name}' has the data-dependent size {size} = {sizes[size]} along dim "
-                            f"{dim}, outside [0, {value.shape[dim]}], the bound it was exported with (torch._check): "
-                            "the inputs break a check the program makes")
-                    if size in sizes:
-                        value = value.narrow(dim, 0, sizes[size])
-            values.append(value)
-        return values
-
-    def unflatten_outputs(self, user_outputs: list):
-        """The model's output structure around the flat user outputs."""
-        return pytree.tree_unflatten(list(user_outputs), self.tree("out_spec"))
-
-    def tree(self, which: str) -> pytree.TreeSpec:
-        if which not in self._trees:
-            self._trees[which] = load_treespec(getattr(self, which))
-        return self._trees[which]
-
-    def to_json(self) -> dict:
-        return {"inputs": [s.to_json() for s in self.inputs],
-                "outputs": [s.to_json() for s in self.outputs],
-                "in_spec": self.in_spec, "out_spec": self.out_spec, "dims": self.dims, "sizes": self.sizes,
-                "mesh": self.mesh, "arg_names": self.arg_names, "platforms": self.platforms}
-
-    @classmethod
-    def from_json(cls, data: dict) -> "Signature":
-        return cls([InputSlot.from_json(s) for s in data["inputs"]],
-                   [OutputSlot.from_json(s) for s in data["outputs"]],
-                   data["in_spec"], data["out_spec"], data["dims"], data.get("sizes", []),
-                   data.get("mesh"), data.get("arg_names", []), data.get("platforms", []))
+    @functools.cached_property
+    def out_tree(self) -> pytree.TreeSpec:
+        """The pytree of the model's outputs."""
+        return self.live_trees[1] if self.live_trees else load_treespec(self.out_spec)
 
     def __str__(self) -> str:
         lines = [f"mesh: {self.mesh} ({self.num_devices} devices)"] if self.mesh else []
@@ -355,25 +221,21 @@ def checked_platforms(platforms) -> list[str]:
     return list(platforms)
 
 
-def program_input_kinds(ep: torch.export.ExportedProgram) -> list[str | None]:
-    """Each input's kind (``exported_program.input_kinds``), reading which placeholders the graph writes in place."""
-    return input_kinds(ep, set().union(*written_placeholders(ep.graph_module).values()))
-
-
-def signature_of(ep: torch.export.ExportedProgram) -> Signature:
-    """Read the calling convention of an ExportedProgram (inputs in placeholder order). A state slot the graph
+def signature_of(ep: torch.export.ExportedProgram, kinds: Sequence[str | None]) -> Signature:
+    """Read the calling convention of an ExportedProgram (inputs in placeholder order), given its inputs' kinds
+    (``inplace.InPlaceWrites.kinds``: which are state depends on what its graph writes). A state slot the graph
     writes in place (not among torch's buffer mutations) gets a ``buffer_mutation`` output after the program's
     own: ``@main`` returns its value after the walk (``GraphLowering``)."""
     placeholders = {n.name: n for n in ep.graph.nodes if n.op == "placeholder"}
     call_signature = ep.module_call_graph[0].signature
     names = symbolic_dims.user_dim_names(ep)  # torch's s77 -> the user's Dim name, where torch kept it
     inputs = []
-    for spec, kind in zip(ep.graph_signature.input_specs, program_input_kinds(ep)):
+    for spec, kind in zip(ep.graph_signature.input_specs, kinds):
         if kind is None:
             raise NotImplementedError(f"input kind {spec.kind} ({spec.arg}) is not supported")
         meta = placeholders[spec.arg.name].meta.get("val")
         # user inputs are named by torch.export after forward's parameters ("input_ids", "x_0")
-        name = spec.arg.name if kind == "user_input" else spec.target
+        name = spec.arg.name if kind == USER_INPUT else spec.target
         if is_symbolic_int(meta):  # an int input export left symbolic: a 0-d int64 argument of @main
             symbol = symbolic_dims.rename_dim(str(meta.node.expr), names)
             inputs.append(InputSlot(name, kind, spec.target, TensorSpec(name, "int64", ()), symbol, scalar="int"))
@@ -412,23 +274,12 @@ def signature_of(ep: torch.export.ExportedProgram) -> Signature:
     if names:
         inputs = [dataclasses.replace(s, tensor=symbolic_dims.renamed_spec(s.tensor, names)) for s in inputs]
         outputs = [dataclasses.replace(s, tensor=symbolic_dims.renamed_spec(s.tensor, names)) for s in outputs]
-    signature = Signature(inputs, outputs, _dumped(in_spec, "input"), _dumped(out_spec, "output"), _dim_ranges(ep),
-                          data_dependent_sizes(n.meta.get("val") for n in output_node.args[0]
-                                               if isinstance(n, torch.fx.Node)),
-                          arg_names=list(call_signature.forward_arg_names or [])[:in_spec.child(0).num_children])
-    signature._trees.update(in_spec=in_spec, out_spec=out_spec)  # in this process: the exact types
-    return signature
+    return Signature(inputs, outputs, _dumped(in_spec, "input"), _dumped(out_spec, "output"), _dim_ranges(ep),
+                     data_dependent_sizes(n.meta.get("val") for n in output_node.args[0]
+                                          if isinstance(n, torch.fx.Node)),
+                     arg_names=list(call_signature.forward_arg_names or [])[:in_spec.child(0).num_children],
+                     live_trees=(in_spec, out_spec))
 
-
-def _sizes_as_tuples(value):
-    """``value`` with each ``torch.Size`` in its lists, tuples and dicts a tuple, as torch.export flattens one."""
-    if isinstance(value, torch.Size):
-        return tuple(value)
-    if type(value) in (list, tuple):
-        return type(value)(_sizes_as_tuples(v) for v in value)
-    if type(value) is dict:
-        return {k: _sizes_as_tuples(v) for k, v in value.items()}
-    return value
 
 
 def is_symbolic_int(meta) -> bool:
@@ -533,27 +384,3 @@ def _plain(value):
         pinned = value.node.maybe_as_int() if isinstance(value, torch.SymInt) else None
         value = pinned if pinned is not None else value
     return value if isinstance(value, (int, float, bool, str, type(None))) else repr(value)
-
-
-def validate_inputs(specs: Sequence[TensorSpec], values: Sequence) -> None:
-    if len(values) != len(specs):
-        names = ", ".join(s.name for s in specs)
-        raise InputError(f"expected {len(specs)} tensor input(s) ({names}), got {len(values)}")
-    for spec, value in zip(specs, values):
-        if not isinstance(value, torch.Tensor):
-            raise InputError(f"input '{spec.name}': expected a torch.Tensor of dtype {spec.dtype} "
-                             f"and shape {_shape_text(spec.shape)}, got {type(value).__name__}")
-        if value.layout != torch.strided:
-            raise InputError(f"input '{spec.name}': expected a dense tensor, got a "
-                             f"{str(value.layout).removeprefix('torch.')} one; pass it as tensor.to_dense()")
-        if value.dtype != spec.torch_dtype:
-            raise InputError(f"input '{spec.name}': expected dtype {spec.dtype}, got "
-                             f"{str(value.dtype).removeprefix('torch.')}")
-        if value.dim() != len(spec.shape) or any(
-                isinstance(want, int) and want != got for want, got in zip(spec.shape, value.shape)):
-            raise InputError(f"input '{spec.name}': expected shape {_shape_text(spec.shape)}, "
-                             f"got {list(value.shape)}")
-
-
-def _shape_text(shape) -> str:
-    return "[" + ", ".join(str(d) for d in shape) + "]"

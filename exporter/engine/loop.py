@@ -58,7 +58,7 @@ def looped(step: StableHLOArtifact, convention: StableHLOArtifact, pad_token_id:
             func.ReturnOp([*final[2:], final[1]])
         text = module.operation.get_asm(enable_debug_info=True)
     signature = dataclasses.replace(convention.signature, inputs=[*step.signature.weights,
-                                                                  *convention.signature.user_inputs], _trees={})
+                                                                  *convention.signature.user_inputs], live_trees=None)
     return StableHLOArtifact(text, signature, step.weights, platform=step.platform)
 
 

@@ -8,7 +8,7 @@
   whose calling convention ``EngineGenerate`` gives);
 - ``EngineShift``: every row moved left by some columns, to make room at the end.
 
-The model runs through ``generate.steps.CausalStep`` (the carried cache layers, positions from the padding), so an
+The model runs through ``generate.loop_steps.CausalStep`` (the carried cache layers, positions from the padding), so an
 engine's logits are ``export_generate``'s. Sampling is per row (``choose_rows``): each slot has its own settings
 and its own random numbers, drawn from its seed and the token's position by a counter-based hash, so a seeded
 request's tokens do not depend on what runs beside it.
@@ -18,8 +18,8 @@ from __future__ import annotations
 import torch
 import torch.utils._pytree as pytree
 
-from ..generate.settings import GenerationSettings
-from ..generate.steps import CausalStep, carried_shape, one_of, positions_before
+from ..generate.generation_settings import GenerationSettings
+from ..generate.loop_steps import CausalStep, carried_shape, one_of, positions_before
 from .state import Admission, DecodeState, Generated, Prefilled, Prompt, Sampling
 
 _MASK32 = 0xFFFFFFFF
@@ -77,7 +77,7 @@ def prefix_sums(x: torch.Tensor) -> torch.Tensor:
 
 class EnginePrefill(CausalStep):
     """A prompt [1, bucket] left-padded by its ``attention_mask``: its first new token and its caches (the bucket's
-    columns, carried as ``generate.steps.CarriedLayer`` carries them)."""
+    columns, carried as ``generate.loop_steps.CarriedLayer`` carries them)."""
 
     def __init__(self, model, settings: GenerationSettings, layer_shapes: list):
         super().__init__(model, settings)

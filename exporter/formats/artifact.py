@@ -22,7 +22,8 @@ from . import bundle
 from ..errors import WeightsError
 from .jax_handoff import to_jax
 from ..autoshard.plan import ShardingPlan
-from ..conversion.signature import Signature, validate_inputs
+from ..conversion.calls import check_dims, output_values, tensor_inputs, unflatten_outputs, validate_inputs
+from ..conversion.signature import Signature
 from .versions import DEFAULT_TARGET
 from .weights import alias_map, attach, missing_data
 
@@ -63,14 +64,14 @@ class StableHLOArtifact:
 
     # -- running ------------------------------------------------------------
     def __call__(self, *args, **kwargs):
-        return self.signature.unflatten_outputs(self.run_flat(self.signature.tensor_inputs(args, kwargs)))
+        return unflatten_outputs(self.signature, self.run_flat(tensor_inputs(self.signature, args, kwargs)))
 
     def run_flat(self, tensors: list[torch.Tensor]) -> list:
         """Run on the tensor inputs in ``@main`` order; returns the user outputs, flat (tensors, and Python
         scalars and constants where the model returns them). Inputs the model mutates are updated in place;
         the state stays on the device for the next call."""
         arrays, carried = self._execute(tensors), self.signature.state_results
-        results = iter(self.signature.output_values([None if i in carried else to_torch(a)
+        results = iter(output_values(self.signature, [None if i in carried else to_torch(a)
                                                      for i, a in enumerate(arrays)]))
         inputs = {slot.name: tensor for slot, tensor in
                   zip([s for s in self.signature.user_inputs if s.tensor is not None], tensors)}
@@ -104,7 +105,7 @@ class StableHLOArtifact:
         never handed to two executions); calls of a program without either run at once, only the lookups of
         executables and placed weights taking turns."""
         validate_inputs([slot.tensor for slot in self.signature.user_inputs if slot.tensor is not None], tensors)
-        self.signature.check_dims(tensors)  # symbolic dims: in range, and equal where they must be
+        check_dims(self.signature, tensors)  # symbolic dims: in range, and equal where they must be
         one_stream = bool(self.signature.state) or self.signature.takes_rng_seed
         with self._lock if one_stream else contextlib.nullcontext():
             hosts = [to_numpy(t) for t in tensors + self._seeds()]

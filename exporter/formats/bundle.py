@@ -44,7 +44,7 @@ from .folders import recover_interrupted_swap, staged_folder
 from ..terminal import progress
 from ..conversion.signature import Signature
 from ..conversion.trees import TreeSpecError
-from .manifest_schema import bounded_int, check_manifest, check_slots, described
+from .manifest_schema import bounded_int, check_manifest, check_slots, described, signature_from_json, signature_json
 from .snapshot import FolderSnapshot, check_stream, checked_bytes, checked_mapping, handle_path
 from .stored_tensors import stored_tensors
 from .versions import DEFAULT_TARGET, check_readable, producer_versions, resolve_target_version
@@ -114,7 +114,7 @@ def save_bundle(path: str | os.PathLike, stablehlo_text: str, signature: Signatu
         index, aliases = write_weights(staging, weights, shard_bytes)
         manifest = {"format": FORMAT, "format_version": FORMAT_VERSION, "stablehlo_version": version,
                     "stablehlo_target": target_version, **producer_versions(),
-                    "signature": signature.to_json(), "mesh": signature.mesh, "weights": index,
+                    "signature": signature_json(signature), "mesh": signature.mesh, "weights": index,
                     "weight_aliases": aliases, "files": file_records(staging)}
         (staging / MANIFEST).write_text(json.dumps(manifest, indent=1))
     return Path(path)
@@ -269,14 +269,16 @@ def _local_shards(path: Path, manifest: dict, module: str, signature: Signature,
 
 def read_signature(where: str, manifest: dict) -> Signature:
     """The manifest's signature (``where``: the manifest file, as errors name it), its pytree specs read (see ``conversion.trees``) and matching its slots."""
-    signature = Signature.from_json(manifest["signature"])
+    signature = signature_from_json(manifest["signature"])
     check_slots(manifest, signature, where)
-    for which in ("in_spec", "out_spec"):
+    trees = []
+    for which in ("in_tree", "out_tree"):
         try:
-            signature.tree(which)
+            trees.append(getattr(signature, which))
         except TreeSpecError as error:
-            raise BundleError(f"{where} is invalid: manifest field signature.{which}: {error}") from None
-    in_spec, out_spec = signature.tree("in_spec"), signature.tree("out_spec")
+            field = which.replace("tree", "spec")
+            raise BundleError(f"{where} is invalid: manifest field signature.{field}: {error}") from None
+    in_spec, out_spec = trees
     inputs, outputs = len(signature.user_inputs), len(signature.user_outputs)
     if in_spec.type is not tuple or in_spec.num_children != 2 or in_spec.num_leaves != inputs:
         raise BundleError(f"{where} is invalid: signature.in_spec: expected (args, kwargs) with {inputs} "

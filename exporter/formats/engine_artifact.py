@@ -41,7 +41,7 @@ from .artifact import StableHLOArtifact
 from .bundle import (DEFAULT_SHARD_BYTES, ManifestKind, check_main, file_record, file_records, one_snapshot,
                      read_manifest, read_module, read_signature, read_weights, write_module, write_weights)
 from .folders import staged_folder
-from .manifest_schema import check_engine_manifest
+from .manifest_schema import check_engine_manifest, signature_json
 from .snapshot import FolderSnapshot, check_stream, checked_bytes
 from .versions import DEFAULT_TARGET, producer_versions, resolve_target_version
 from .weights import alias_map
@@ -60,7 +60,7 @@ ENGINE_MANIFEST_KIND = ManifestKind(ENGINE_MANIFEST, ENGINE_FORMAT, ENGINE_FORMA
 @dataclasses.dataclass(frozen=True)
 class SamplingDefaults:
     """The model's ``generation_config`` sampling values as it stores them (None: unset), what a request that
-    names none of them falls back to (``generate.settings.resolve_sampling`` reads them as from the config)."""
+    names none of them falls back to (``generation_settings.resolve_sampling`` reads them as from the config)."""
     do_sample: bool | None = None
     temperature: float | None = None
     top_k: int | None = None
@@ -144,7 +144,7 @@ class EngineArtifact:
             entries = {}
             for name, entry in self.entry_points.items():
                 write_module(staging / f"{name}.mlirbc", entry.stablehlo_text, version)
-                entries[name] = {"module": f"{name}.mlirbc", "signature": entry.signature.to_json()}
+                entries[name] = {"module": f"{name}.mlirbc", "signature": signature_json(entry.signature)}
             manifest = {"format": ENGINE_FORMAT, "format_version": ENGINE_FORMAT_VERSION,
                         "stablehlo_version": version, "stablehlo_target": target_version, **producer_versions(),
                         "config": self.config.to_json(), "entry_points": entries, "weights": index,

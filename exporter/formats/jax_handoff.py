@@ -36,6 +36,7 @@ from torch_stablehlo.runtime import pjrt, spmd
 from torch_stablehlo.stablehlo_ir.dtypes import to_numpy
 from torch_stablehlo.stablehlo_ir.specs import TensorSpec
 
+from ..conversion.calls import tensor_inputs, unflatten_outputs
 from ..conversion.signature import InputSlot, Signature
 from ..errors import InputError
 from .versions import DEFAULT_TARGET
@@ -86,12 +87,12 @@ class JaxModel:
     def _flat_inputs(self, args, kwargs) -> tuple[list, list]:
         """The tensor inputs in ``@main`` order, and ``[rng_seed]`` (``kwargs``' ``seed``) where ``@main`` takes it."""
         if not self.signature.takes_rng_seed:
-            return self.signature.tensor_inputs(args, kwargs), []
+            return tensor_inputs(self.signature, args, kwargs), []
         if SEED_INPUT not in kwargs:
             raise InputError(f"this program draws random numbers: pass its seed as {SEED_INPUT}= (an int64 scalar)")
         kwargs = dict(kwargs)
         seed = jnp.asarray(kwargs.pop(SEED_INPUT), dtype=jnp.int64)
-        return self.signature.tensor_inputs(args, kwargs), [seed]
+        return tensor_inputs(self.signature, args, kwargs), [seed]
 
     def _main(self, weights, state: dict, tensors: list, seed: list) -> list:
         """``@main``'s results for the weights and state (by name), the tensor inputs and the seed."""
@@ -107,7 +108,7 @@ class JaxModel:
         state = {names[s.target]: value for s, value in zip(slots, results) if s.kind == STATE_UPDATE}
         returned = iter(value for s, value in zip(slots, results) if s.kind == USER_OUTPUT)
         outputs = [next(returned) if s.tensor is not None else s.value for s in self.signature.user_outputs]
-        return state, self.signature.unflatten_outputs(outputs)
+        return state, unflatten_outputs(self.signature, outputs)
 
     def _input_layouts(self, args, kwargs):
         """A sharding per input leaf: the signature's for tensor inputs (replicated where it names none)."""

@@ -1,5 +1,9 @@
 """The one schema of a bundle's manifest: every field's type, checked before any field is used.
 
+A signature's records (``InputSlot``, ``OutputSlot``, ``Signature``) are described once, field by field
+(``SlotField``): the writer (``signature_json``), the reader (``signature_from_json``) and the check
+(``SIGNATURE``) all read that description.
+
 A manifest is data from whoever wrote the bundle. ``check_manifest`` walks it against ``MANIFEST`` and raises
 ``BundleError`` naming the first field that does not fit (``signature.inputs[2].tensor.shape[0]``) and what was
 expected there, so no malformed field reaches the code that reads it as a raw ``KeyError`` or ``TypeError``.
@@ -14,10 +18,12 @@ from typing import Callable
 
 from torch_stablehlo.exported_program import HELD_KINDS
 from torch_stablehlo.stablehlo_ir.platforms import PLATFORMS
-from torch_stablehlo.stablehlo_ir.specs import DTYPES_BY_NAME
+from torch_stablehlo.stablehlo_ir.shardy import normalize_spec
+from torch_stablehlo.stablehlo_ir.specs import DTYPES_BY_NAME, TensorSpec
 
 from ..conversion.dim_grammar import DimSyntaxError, parse
-from ..conversion.signature import INPUT_SLOT_KINDS, OUTPUT_SLOT_KINDS, RNG_SEED, SCALAR_NAMES
+from ..conversion.signature import (INPUT_SLOT_KINDS, OUTPUT_SLOT_KINDS, RNG_SEED, SCALAR_NAMES, InputSlot,
+                                    OutputSlot, Signature)
 from ..errors import BundleError
 
 
@@ -145,20 +151,93 @@ FILE_NAME = Check("a plain file name inside the bundle (letters, digits, _ . + =
 TENSOR = Record({"name": TEXT, "dtype": DTYPE, "shape": ListOf(DIM)})
 SHARDING = nullable(ListOf(ListOf(TEXT)))
 MESH = nullable(MapOf(Check("a positive axis size", lambda v: _count(v) and v > 0)))
-INPUT = Record({"name": TEXT, "kind": Check(f"one of {sorted(INPUT_SLOT_KINDS)}", lambda v: v in INPUT_SLOT_KINDS),
-                "target": nullable(TEXT), "value": SCALAR, "tensor": nullable(TENSOR), "sharding": SHARDING,
-                "ones_like": TEXT, "scalar": nullable(Check("int", lambda v: v == "int"))},
-                optional=frozenset({"sharding", "ones_like", "scalar"}))
-OUTPUT = Record({"kind": Check(f"one of {sorted(OUTPUT_SLOT_KINDS)}", lambda v: v in OUTPUT_SLOT_KINDS),
-                 "target": nullable(TEXT), "tensor": nullable(TENSOR),
-                 "scalar": nullable(Check(f"one of {sorted(SCALAR_NAMES)}", lambda v: v in SCALAR_NAMES)),
-                 "value": SCALAR}, optional=frozenset({"scalar", "value"}))
 PLATFORM_LIST = Check(f"a list of distinct platform names, each one of {PLATFORMS}",
                       lambda v: isinstance(v, list) and len(set(v)) == len(v) and all(p in PLATFORMS for p in v))
-SIGNATURE = Record({"inputs": ListOf(INPUT), "outputs": ListOf(OUTPUT), "in_spec": TEXT, "out_spec": TEXT,
-                    "dims": MapOf(ListOf(nullable(COUNT), length=2), key=DIM), "sizes": ListOf(TEXT), "mesh": MESH,
-                    "arg_names": ListOf(TEXT), "platforms": PLATFORM_LIST},
-                   optional=frozenset({"sizes", "mesh", "arg_names", "platforms"}))
+
+
+def _same(value):
+    return value
+
+
+@dataclass(frozen=True)
+class SlotField:
+    """One field of a signature record as the manifest holds it: its ``check``; ``write`` and ``read`` between
+    the record's value and JSON; ``absent`` (where not ``REQUIRED``): the value a manifest may leave it out for
+    (a bundle made before the field was), which the writer then leaves out too where ``omitted``."""
+    check: Callable
+    write: Callable = _same
+    read: Callable = _same
+    absent: object = None
+    omitted: bool = False
+
+
+REQUIRED = object()
+TENSOR_FIELD = SlotField(nullable(TENSOR), lambda t: t.to_json() if t is not None else None,
+                         lambda d: TensorSpec.from_json(d) if d else None, REQUIRED)
+INPUT_FIELDS = {
+    "name": SlotField(TEXT, absent=REQUIRED),
+    "kind": SlotField(Check(f"one of {sorted(INPUT_SLOT_KINDS)}", lambda v: v in INPUT_SLOT_KINDS), absent=REQUIRED),
+    "target": SlotField(nullable(TEXT), absent=REQUIRED),
+    "value": SlotField(SCALAR, absent=REQUIRED),
+    "tensor": TENSOR_FIELD,
+    "sharding": SlotField(SHARDING, lambda s: [list(axes) for axes in s] if s is not None else None,
+                          lambda s: normalize_spec(s) if s is not None else None),
+    "scalar": SlotField(nullable(Check("int", lambda v: v == "int"))),
+    "ones_like": SlotField(TEXT, omitted=True),
+}
+OUTPUT_FIELDS = {
+    "kind": SlotField(Check(f"one of {sorted(OUTPUT_SLOT_KINDS)}", lambda v: v in OUTPUT_SLOT_KINDS),
+                      absent=REQUIRED),
+    "target": SlotField(nullable(TEXT), absent=REQUIRED),
+    "tensor": TENSOR_FIELD,
+    "scalar": SlotField(nullable(Check(f"one of {sorted(SCALAR_NAMES)}", lambda v: v in SCALAR_NAMES))),
+    "value": SlotField(SCALAR),
+}
+
+
+def _records(kind: type, fields: dict) -> SlotField:
+    """A list of ``kind`` records (``InputSlot`` or ``OutputSlot``) of ``fields``, as a field of the signature."""
+    return SlotField(ListOf(_record(fields)), lambda slots: [_written(fields, s) for s in slots],
+                     lambda items: [_read(kind, fields, item) for item in items], REQUIRED)
+
+
+def _record(fields: dict) -> Record:
+    return Record({name: f.check for name, f in fields.items()},
+                  optional=frozenset(name for name, f in fields.items() if f.absent is not REQUIRED))
+
+
+def _written(fields: dict, record) -> dict:
+    values = {name: f.write(getattr(record, name)) for name, f in fields.items()}
+    return {name: value for name, value in values.items() if not (fields[name].omitted and value is None)}
+
+
+def _read(kind: type, fields: dict, data: dict):
+    return kind(**{name: f.read(data[name] if name in data or f.absent is REQUIRED else f.absent)
+                   for name, f in fields.items()})
+
+
+SIGNATURE_FIELDS = {
+    "inputs": _records(InputSlot, INPUT_FIELDS),
+    "outputs": _records(OutputSlot, OUTPUT_FIELDS),
+    "in_spec": SlotField(TEXT, absent=REQUIRED),
+    "out_spec": SlotField(TEXT, absent=REQUIRED),
+    "dims": SlotField(MapOf(ListOf(nullable(COUNT), length=2), key=DIM), absent=REQUIRED),
+    "sizes": SlotField(ListOf(TEXT), list, list, ()),
+    "mesh": SlotField(MESH),
+    "arg_names": SlotField(ListOf(TEXT), list, list, ()),
+    "platforms": SlotField(PLATFORM_LIST, list, list, ()),
+}
+SIGNATURE = _record(SIGNATURE_FIELDS)
+
+
+def signature_json(signature: Signature) -> dict:
+    """The manifest's form of ``signature`` (``SIGNATURE_FIELDS``)."""
+    return _written(SIGNATURE_FIELDS, signature)
+
+
+def signature_from_json(data: dict) -> Signature:
+    """The signature a manifest holds (checked against ``SIGNATURE`` first: see ``check_manifest``)."""
+    return _read(Signature, SIGNATURE_FIELDS, data)
 WEIGHT = Record({"file": nullable(FILE_NAME), "dtype": DTYPE, "shape": ListOf(COUNT), "bytes": COUNT})
 FILE = Record({"bytes": COUNT, "sha256": Check("64 hex digits", lambda v: bool(re.fullmatch(r"[0-9a-f]{64}", v)))})
 MANIFEST = Record({"format": TEXT, "format_version": COUNT, "stablehlo_version": TEXT, "signature": SIGNATURE,

@@ -1,18 +1,18 @@
 """The generate module: ``@main`` calls the converted prefill, then one ``stablehlo.while`` whose body calls the
 converted decode step while a step is due, and returns the tokens up to the decoder's prompt plus ``max_new_tokens``.
 
-The two steps are artifacts of ``export_to_stablehlo`` (a causal LM's ``steps.Prefill`` and ``steps.Decode``, an
-encoder-decoder's ``seq2seq_steps.Seq2SeqPrefill`` and ``Seq2SeqDecode``); ``@main`` takes the prefill's inputs,
-and the decode step takes, by name, what the prefill returns. Their functions are
-moved into one module, private. Their weights become ``@main``'s leading arguments once each: parameters and
+The two steps are artifacts of ``export_to_stablehlo`` (a causal LM's ``loop_steps.Prefill`` and
+``loop_steps.Decode``, an encoder-decoder's ``seq2seq_steps.Seq2SeqPrefill`` and ``Seq2SeqDecode``); ``@main``
+takes the prefill's inputs, and the decode step takes the two parts of what the prefill returns
+(``loop_steps.Carried``: the loop state and what stays fixed), read from the steps' pytrees by their fields.
+Their functions are moved into one module, private. Their weights become ``@main``'s leading arguments once each: parameters and
 buffers are shared by name (the same model's tensors), each step's lifted constants stay its own
-(``prefill.lifted_tensor_0``). The loop carries every value the prefill returns (the state ``steps`` describes),
-by the names the steps give them (what the decode step does not return, such as an encoder-decoder's
-cross-attention keys and values, is carried unchanged); it adds nothing of its own, so the module's size does not
-depend on ``max_new_tokens``.
+(``prefill.lifted_tensor_0``). The loop carries every value the prefill returns (the decode step rewrites the
+state; what stays fixed, such as an encoder-decoder's cross-attention keys and values, is carried unchanged); it
+adds nothing of its own, so the module's size does not depend on ``max_new_tokens``.
 The decode step's cache writes (one column, a scatter that XLA makes an in-place update slice) update the
 carried cache in place: the step is called once per iteration and the cache is carried in the form attention
-reads (``steps.CarriedLayer``), so no copy of it is made.
+reads (``loop_steps.CarriedLayer``), so no copy of it is made.
 
 Where the program samples, ``@main`` takes ``rng_seed`` and gives each step a seed of its own (the step's cursor
 mixed in), so every step draws new numbers and one seed reproduces them all.
@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 
 import torch
+import torch.utils._pytree as pytree
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import func, stablehlo
 
@@ -29,9 +30,12 @@ from torch_stablehlo.aten_lowerings import RNG_SEED_DTYPE, constant, while_loop
 from torch_stablehlo.stablehlo_ir.functions import move_functions
 from torch_stablehlo.stablehlo_ir.mlir_context import make_context
 
+from torch_stablehlo.exported_program import CONSTANT
+
 from ..conversion.signature import RNG_SEED, InputSlot
 from ..formats.artifact import StableHLOArtifact
-from .settings import START_TOKENS
+from .generation_settings import START_TOKENS
+from .loop_steps import Carried
 
 STEP_SEEDS = 1 << 20  # per-step seeds: rng_seed * STEP_SEEDS + the step's cursor (cursors stay below this)
 
@@ -52,7 +56,7 @@ def merged_weights(steps: dict[str, StableHLOArtifact]) -> tuple[list[InputSlot]
     for step, artifact in steps.items():
         taken[step] = []
         for slot in artifact.signature.weights:
-            target = f"{step}.{slot.target}" if slot.kind == "constant" else slot.target
+            target = f"{step}.{slot.target}" if slot.kind == CONSTANT else slot.target
             if target not in slots:  # a parameter or buffer the other step has too: the same model's tensor
                 slots[target] = dataclasses.replace(slot, name=target, target=target,
                                                     tensor=dataclasses.replace(slot.tensor, name=target))
@@ -102,33 +106,33 @@ class _GenerateMain:
     def __init__(self, steps, functions, taken, arguments):
         self.steps, self.functions, self.taken, self.arguments = steps, functions, taken, arguments
 
-    def call(self, step: str, inputs: dict, cursor: ir.Value | None) -> dict:
-        """Call the ``step`` function on ``inputs`` (by its input names) after its weights; its results by name."""
+    def call(self, step: str, inputs, cursor: ir.Value | None):
+        """Call the ``step`` function on ``inputs`` (the step's positional arguments, a pytree of values) after its
+        weights; its results in the pytree the step returns."""
         signature = self.steps[step].signature
-        operands = [self.arguments[t] for t in self.taken[step]]
-        operands += [inputs[_output_name(s.tensor.name)] for s in signature.user_inputs if s.tensor is not None]
+        operands = [self.arguments[t] for t in self.taken[step]] + pytree.tree_leaves(inputs)
         if signature.takes_rng_seed:
             operands.append(self.step_seed(cursor))
         function_type = ir.FunctionType(ir.TypeAttr(self.functions[step].attributes["function_type"]).value)
         call = func.CallOp(function_type.results, ir.FlatSymbolRefAttr.get(step), operands)
-        return {slot.tensor.name: value for slot, value in zip(signature.main_outputs, call.results)}
+        return pytree.tree_unflatten(list(call.results), signature.out_tree)
 
     def step_seed(self, cursor: ir.Value | None) -> ir.Value:
         seed = stablehlo.multiply(self.arguments[RNG_SEED], constant(STEP_SEEDS, RNG_SEED_DTYPE))
         return seed if cursor is None else stablehlo.add(seed, cursor)
 
     def emit(self, inputs: list[str], max_new_tokens: int, prompt_input: str | None, result: ir.Type) -> None:
-        first = self.call("prefill", {name: self.arguments[name] for name in inputs}, None)
-        names = list(first)  # the state, the caches, then padding and prompt_len (passed through unchanged)
+        first: Carried = self.call("prefill", [self.arguments[name] for name in inputs], None)
+        leaves, tree = pytree.tree_flatten(first)
+
+        def carried(values) -> Carried:
+            return pytree.tree_unflatten(list(values), tree)
 
         def body(*values):
-            state = dict(zip(names, values))
-            state.update(self.call("decode", state, state["cursor"]))
-            return [state[name] for name in names]
+            state, fixed = carried(values)
+            return pytree.tree_leaves(Carried(self.call("decode", (state, fixed), state.cursor), fixed))
 
-        final = dict(zip(names, while_loop([first[name] for name in names],
-                                           lambda *values: values[names.index("going")], body)))
-        tokens = final["tokens"]
+        tokens = carried(while_loop(leaves, lambda *values: carried(values).state.going, body)).state.tokens
         if prompt_input is None:
             func.ReturnOp([stablehlo.slice(tokens, [0, 0], list(ir.RankedTensorType(result).shape), [1, 1])])
         else:
@@ -146,9 +150,3 @@ class _GenerateMain:
                                        stablehlo.add(columns, constant(max_new_tokens, i64, [1]))], 0)
         return stablehlo.real_dynamic_slice(result, tokens, constant(0, i64, [2]), limit, constant(1, i64, [2]))
 
-
-def _output_name(input_name: str) -> str:
-    """The step output that feeds an input of that name (torch.export names list items ``caches_0``; outputs
-    are named ``caches.0``)."""
-    head, _, index = input_name.rpartition("_")
-    return f"{head}.{index}" if index.isdigit() else input_name

@@ -10,10 +10,10 @@ from torch.export import Dim
 from ..api import export_to_stablehlo
 from ..errors import InputError
 from .compose import compose
-from .program import GenerateArtifact, check_tokens, generate_signature, traced_inputs
-from .seq2seq_steps import CarriedShapes, Seq2SeqDecode, Seq2SeqPrefill, carried_shapes
-from .settings import CACHE_ROUNDING, START_TOKENS, GenerationSettings, resolve_settings
-from .steps import carried_shape
+from .generate_artifact import GenerateArtifact, check_tokens, generate_signature, traced_inputs
+from .seq2seq_steps import CarriedShapes, Seq2SeqDecode, Seq2SeqPrefill, Source, carried_shapes
+from .generation_settings import CACHE_ROUNDING, START_TOKENS, GenerationSettings, resolve_settings
+from .loop_steps import LoopState, carried_shape
 
 SOURCE_DIM = "source"
 
@@ -76,17 +76,16 @@ def _source_bound(model, source_len: int, max_source_len: int | None, settings: 
     return max_source_len
 
 
-def _decode_example(model, shapes: CarriedShapes, settings: GenerationSettings) -> tuple:
+def _decode_example(model, shapes: CarriedShapes, settings: GenerationSettings) -> tuple[LoopState, Source]:
     """Inputs of ``Seq2SeqDecode`` with the shapes and dtypes the loop carries (the values do not matter, but no
     two may be one tensor: torch.export would make them one input)."""
     batch, dtype = shapes.hidden[0], model.dtype
-    return (torch.zeros(batch, settings.max_cache_len, dtype=torch.int64), torch.tensor(0),
-            torch.zeros(batch, dtype=torch.bool), [torch.zeros(carried_shape(s), dtype=dtype) for s in shapes.caches],
-            [torch.zeros(s, dtype=dtype) for s in shapes.cross], torch.zeros(shapes.hidden, dtype=dtype),
-            torch.ones(batch, shapes.hidden[1], dtype=torch.int64))
+    state = LoopState.example(batch, settings.max_cache_len, [carried_shape(s) for s in shapes.caches], dtype)
+    return state, Source([torch.zeros(s, dtype=dtype) for s in shapes.cross], torch.zeros(shapes.hidden, dtype=dtype),
+                         torch.ones(batch, shapes.hidden[1], dtype=torch.int64))
 
 
-def _decode_dims(shapes: CarriedShapes, source: Dim) -> tuple:
+def _decode_dims(shapes: CarriedShapes, source: Dim) -> tuple[LoopState, Source]:
     """``Seq2SeqDecode``'s dynamic shapes: the source's length in what cross-attention reads."""
-    return (None, None, None, [None] * len(shapes.caches), [{2: source}] * len(shapes.cross), {1: source},
-            {1: source})
+    return (LoopState(None, None, None, None, [None] * len(shapes.caches)),
+            Source([{2: source}] * len(shapes.cross), {1: source}, {1: source}))

@@ -3,13 +3,8 @@ encoder, then the decoder start token through the decoder, which computes each l
 values from the encoder's output, and the first new token) and ``Seq2SeqDecode`` (one token, reading those keys
 and values).
 
-The carried state is ``steps``' (``tokens``, ``cursor``, ``done``, ``going``, ``caches``: the decoder's
-self-attention cache), the decoder's prompt being the start token alone (column 0), and what stays fixed:
-- ``cross.<i>``: each decoder layer's cross-attention keys then values, [batch, heads, source, head dim], computed
-  once by the prefill and never rewritten;
-- ``hidden`` [batch, source, width]: the encoder's output, which the decoder takes but, the keys and values held,
-  reads only the shape of;
-- ``source_mask`` [batch, source]: the source's attention mask, which cross-attention reads.
+The carried state is ``loop_steps``' ``LoopState`` (its ``caches`` the decoder's self-attention cache), the decoder's
+prompt being the start token alone (column 0), and what stays fixed is the ``Source``.
 Every row's decoder starts at column 0, so a token's position is its column and the decoder's own mask is all ones.
 """
 from __future__ import annotations
@@ -19,8 +14,8 @@ from typing import NamedTuple
 import torch
 from transformers.cache_utils import Cache, DynamicLayer, EncoderDecoderCache
 
-from .settings import START_TOKENS, GenerationSettings
-from .steps import CarriedLayer, Step, carried_shape
+from .generation_settings import START_TOKENS, GenerationSettings
+from .loop_steps import Carried, CarriedLayer, LoopState, Step, carried_shape
 
 
 class HeldLayer(DynamicLayer):
@@ -36,6 +31,15 @@ class HeldLayer(DynamicLayer):
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
         self.keys, self.values, self.is_initialized = key_states, value_states, True
         return key_states, value_states
+
+
+class Source(NamedTuple):
+    """What an encoder-decoder's loop carries unchanged: the source as the decoder reads it."""
+    cross: list                 # each decoder layer's cross-attention keys then values, [batch, heads, source, head
+                                # dim], computed once by the prefill and never rewritten
+    hidden: torch.Tensor        # [batch, source, width]: the encoder's output, which the decoder takes but, the keys
+                                # and values held, reads only the shape of
+    source_mask: torch.Tensor   # [batch, source]: the source's attention mask, which cross-attention reads
 
 
 class CarriedShapes(NamedTuple):
@@ -106,15 +110,16 @@ class Seq2SeqPrefill(Seq2SeqStep):
         offset = torch.zeros((), dtype=torch.int64, device=device)
         logits, caches, cross = self.run_decoder(start, offset, zeros, [], hidden, attention_mask)
         done = torch.zeros(batch, dtype=torch.bool, device=device)
-        state = self.choose(logits, tokens, offset + START_TOKENS, START_TOKENS, done)
-        return {**state, "caches": caches, "cross": cross, "hidden": hidden, "source_mask": attention_mask}
+        state = self.choose(logits, tokens, offset + START_TOKENS, START_TOKENS, done, caches)
+        return Carried(state, Source(cross, hidden, attention_mask))
 
 
 class Seq2SeqDecode(Seq2SeqStep):
     """One step: the token at ``cursor`` through the decoder, the next one chosen and written after it."""
 
-    def forward(self, tokens, cursor, done, caches, cross, hidden, source_mask):
-        input_ids = tokens.index_select(1, cursor.reshape(1))
-        logits, caches, _ = self.run_decoder(input_ids, cursor, caches, cross, hidden, source_mask)
-        state = self.choose(logits, tokens, cursor + 1, START_TOKENS, done)
-        return {**state, "caches": caches}
+    def forward(self, state: LoopState, fixed: Source) -> LoopState:
+        cursor = state.cursor
+        input_ids = state.tokens.index_select(1, cursor.reshape(1))
+        logits, caches, _ = self.run_decoder(input_ids, cursor, state.caches, fixed.cross, fixed.hidden,
+                                             fixed.source_mask)
+        return self.choose(logits, state.tokens, cursor + 1, START_TOKENS, state.done, caches)

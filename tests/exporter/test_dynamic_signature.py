@@ -9,7 +9,9 @@ from torch.export import Dim
 
 from torch_stablehlo.exporter import export_to_stablehlo, load_artifact
 from torch_stablehlo.exporter.errors import DimensionError
-from torch_stablehlo.exporter.conversion.signature import Signature, signature_of
+from torch_stablehlo.exporter.conversion.inplace import InPlaceWrites
+from torch_stablehlo.exporter.conversion.signature import signature_of
+from torch_stablehlo.exporter.formats.manifest_schema import signature_from_json, signature_json
 from torch_stablehlo.exporter.conversion.symbolic_dims import check_dims, parse_dim, rename_dim
 from torch_stablehlo.stablehlo_ir.passes import portable_artifact
 from torch_stablehlo.stablehlo_ir.refine import ShapeRefinementError, refine_shapes
@@ -28,7 +30,8 @@ def _pair_program():
 
 
 def test_user_dim_names_and_ranges_in_the_signature():
-    signature = signature_of(_pair_program())
+    program = _pair_program()
+    signature = signature_of(program, InPlaceWrites.of_program(program).kinds)
     assert [s.tensor.shape for s in signature.user_inputs] == [("batch", 4), ("2*batch", 2)]
     assert signature.dims == {"batch": [2, 16], "2*batch": [4, 32]}
     assert signature.user_outputs[0].tensor.shape == ("batch", 4)
@@ -37,7 +40,7 @@ def test_user_dim_names_and_ranges_in_the_signature():
 
 def test_unnamed_dims_keep_torchs_symbols():
     program = torch.export.export(Pair(), (make((3, 4)), make((5, 2))), dynamic_shapes=({0: Dim.AUTO}, None))
-    signature = signature_of(program)
+    signature = signature_of(program, InPlaceWrites.of_program(program).kinds)
     (symbol,) = signature.dims
     assert symbol.startswith("s") and signature.user_inputs[0].tensor.shape == (symbol, 4)
     assert signature.dims[symbol][1] == 5  # y[:x.shape[0]] with y of 5 rows: torch bounds the AUTO dim
@@ -45,7 +48,7 @@ def test_unnamed_dims_keep_torchs_symbols():
 
 def test_dims_survive_json_and_bundles(tmp_path):
     artifact = export_to_stablehlo(_pair_program())
-    again = Signature.from_json(json.loads(json.dumps(artifact.signature.to_json())))
+    again = signature_from_json(json.loads(json.dumps(signature_json(artifact.signature))))
     assert again.dims == artifact.signature.dims and again.inputs == artifact.signature.inputs
     loaded = load_artifact(artifact.save(tmp_path / "bundle"))
     assert loaded.signature.dims == {"batch": [2, 16], "2*batch": [4, 32]}

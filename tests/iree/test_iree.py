@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from torch_stablehlo.exporter import compile_for_iree, export_to_stablehlo, iree_module
+from torch_stablehlo.exporter.conversion.calls import output_values, tensor_inputs
 from torch_stablehlo.golden import dynamic, store, zoo
 from torch_stablehlo.stablehlo_ir.op_counts import count_ops
 from torch_stablehlo.tools.model_table import MODELS
@@ -39,7 +40,7 @@ def pytest_generate_tests(metafunc):
 def run_in_iree(vmfb: bytes, artifact, args: tuple, kwargs: dict) -> list[torch.Tensor]:
     """``@main``'s results for the model's inputs (weights first), run by IREE's local-task driver."""
     weights = [artifact.weights[slot.target] for slot in artifact.signature.weights]
-    inputs = weights + artifact.signature.tensor_inputs(args, kwargs)
+    inputs = weights + tensor_inputs(artifact.signature, args, kwargs)
     module = ireert.load_vm_flatbuffer(vmfb, driver="local-task")
     results = module.main(*[np.ascontiguousarray(t.detach().numpy()) for t in inputs])
     results = results if isinstance(results, (list, tuple)) else [results]
@@ -69,7 +70,7 @@ def test_every_float_zoo_model_is_checked():
 def test_static_model_compiles_and_matches_golden(name):
     artifact, vmfb, golden = static_case(name)
     results = run_in_iree(vmfb, artifact, golden.args, golden.kwargs)
-    comparison = store.compare(artifact.signature.output_values(results), golden.outputs, zoo.get(name).tolerance)
+    comparison = store.compare(output_values(artifact.signature, results), golden.outputs, zoo.get(name).tolerance)
     assert comparison.ok, f"{name} in IREE: max rel error {comparison.max_rel:.2e} {comparison.problems}"
 
 
@@ -81,7 +82,7 @@ def test_dynamic_text_model_specialised_matches_eager(name, size):
     results = run_in_iree(compile_for_iree(artifact, dims), artifact, inputs.args, inputs.kwargs)
     with torch.no_grad():
         expected = torch.utils._pytree.tree_flatten(model(*inputs.args, **inputs.kwargs))[0]
-    comparison = store.compare(artifact.signature.output_values(results), expected, zoo.get(name).tolerance)
+    comparison = store.compare(output_values(artifact.signature, results), expected, zoo.get(name).tolerance)
     assert comparison.ok, f"{name} {size} in IREE: max rel error {comparison.max_rel:.2e} {comparison.problems}"
     assert "?" not in iree_module(artifact, dims).split("func.func public @main")[1].split("{")[0]
 
@@ -95,7 +96,7 @@ def test_dynamic_mlp_compiles_as_it_is():
         inputs = zoo.get("mlp").build(batch=batch)
         with torch.no_grad():
             expected = [model(*inputs.args)]
-        results = artifact.signature.output_values(run_in_iree(vmfb, artifact, inputs.args, inputs.kwargs))
+        results = output_values(artifact.signature, run_in_iree(vmfb, artifact, inputs.args, inputs.kwargs))
         assert store.compare(results, expected, zoo.get("mlp").tolerance).ok
 
 
@@ -122,7 +123,7 @@ def test_resnet_compiles_and_matches_eager(dynamic_batch):
     results = run_in_iree(compile_for_iree(artifact, sizes), artifact, (), inputs)
     with torch.no_grad():
         expected = torch.utils._pytree.tree_flatten(model(**inputs))[0]
-    comparison = store.compare(artifact.signature.output_values(results), expected, zoo.F32_TOLERANCE)
+    comparison = store.compare(output_values(artifact.signature, results), expected, zoo.F32_TOLERANCE)
     assert comparison.ok, f"resnet in IREE: max rel error {comparison.max_rel:.2e} {comparison.problems}"
 
 
@@ -141,5 +142,5 @@ def test_cli_compiles_a_bundle(tmp_path):
     bundle, vmfb = artifact.save(tmp_path / "mlp"), tmp_path / "mlp.vmfb"
     assert main(["iree", str(bundle), "--out", str(vmfb), "--sizes", "batch=3"]) == 0
     inputs = zoo.get("mlp").build(batch=3)
-    results = artifact.signature.output_values(run_in_iree(vmfb.read_bytes(), artifact, inputs.args, inputs.kwargs))
+    results = output_values(artifact.signature, run_in_iree(vmfb.read_bytes(), artifact, inputs.args, inputs.kwargs))
     assert results[0].shape[0] == 3

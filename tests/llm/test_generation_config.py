@@ -12,7 +12,8 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from torch_stablehlo import exporter
-from torch_stablehlo.exporter.generate.settings import Sampling, resolve_sampling
+from torch_stablehlo.exporter.conversion.signature import RNG_SEED
+from torch_stablehlo.exporter.generate.generation_settings import Sampling, resolve_sampling
 from tests.support import left_padded_prompts
 
 VOCAB = 128
@@ -50,7 +51,7 @@ def test_explicit_greedy_overrides_the_config(model):
     ids, mask = left_padded_prompts((7, 4), VOCAB)
     art = exporter.export_generate(model, ids, max_new_tokens=8, attention_mask=mask, do_sample=False)
     assert art.settings.sampling == Sampling()
-    assert "rng_seed" not in [slot.name for slot in art.signature.main_inputs]
+    assert RNG_SEED not in [slot.name for slot in art.signature.main_inputs]
     expected = model.generate(ids, attention_mask=mask, max_new_tokens=8, do_sample=False,
                               cache_implementation="static")
     ours = art(ids, attention_mask=mask)

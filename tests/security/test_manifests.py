@@ -1,6 +1,7 @@
 """Manifests are data: dim texts are parsed by our grammar (never evaluated), pytree node types come only from
 trusted modules (a bundle's own Python is never imported), and every malformed field is a BundleError naming it."""
 import collections
+import dataclasses
 import json
 import subprocess
 import sys
@@ -15,7 +16,9 @@ from transformers.modeling_outputs import CausalLMOutputWithPast
 
 from torch_stablehlo.exporter import BundleError, load_artifact
 from torch_stablehlo.exporter.conversion.dim_grammar import MAX_DEPTH, DimSyntaxError, parse
+from torch_stablehlo.exporter.conversion.signature import InputSlot, OutputSlot, Signature
 from torch_stablehlo.exporter.conversion.trees import TreeSpecError, load_treespec
+from torch_stablehlo.exporter.formats.manifest_schema import INPUT_FIELDS, OUTPUT_FIELDS, SIGNATURE_FIELDS
 
 from .bundles import edit_manifest
 
@@ -207,3 +210,11 @@ def test_registered_namedtuples_come_back_and_defaultdicts_are_plain_dicts_of_th
     loaded = load_treespec(pytree.treespec_dumps(pytree.tree_flatten(value)[1]))
     pair, plain = pytree.tree_unflatten([1, 2, 3], loaded)
     assert type(pair) is Pair and pair == (1, 2) and type(plain) is dict and plain == {"k": 3}
+
+
+def test_manifest_fields_describe_every_signature_field():
+    """The manifest's one description of a signature names every field of its records: a field added to
+    ``InputSlot``, ``OutputSlot`` or ``Signature`` is written, read and checked, or this fails."""
+    for kind, fields in ((InputSlot, INPUT_FIELDS), (OutputSlot, OUTPUT_FIELDS), (Signature, SIGNATURE_FIELDS)):
+        names = {f.name for f in dataclasses.fields(kind) if f.name != "live_trees"}
+        assert names == set(fields), kind.__name__

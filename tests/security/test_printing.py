@@ -6,7 +6,7 @@ import json
 import pytest
 
 from torch_stablehlo.exporter import BundleError, load_artifact
-from torch_stablehlo.exporter.conversion.signature import Signature
+from torch_stablehlo.exporter.formats.manifest_schema import signature_from_json
 from torch_stablehlo.exporter.terminal import printable
 from torch_stablehlo.tools import cli
 
@@ -44,7 +44,7 @@ def test_inspect_prints_a_bundles_strings_escaped(saved, capsys, as_json):
 
 def test_a_signature_prints_escaped(saved):
     edit_manifest(saved, _hostile)
-    text = str(Signature.from_json(read_manifest(saved)["signature"]))
+    text = str(signature_from_json(read_manifest(saved)["signature"]))
     assert _unsafe(text) == [] and "  x\\x1b[2K" in text
 
 

@@ -304,13 +304,15 @@ def test_symbolic_batch_lowers_to_dynamic_ops(name):
 def test_atan2_out_lowers_like_atan2():
     """A graph holding atan2.out (export functionalises it away, other producers may not) computes atan2."""
     from torch_stablehlo.exporter.conversion.graph_lowering import GraphLowering
+    from torch_stablehlo.exporter.conversion.inplace import InPlaceWrites
     from torch_stablehlo.exporter.conversion.signature import signature_of
     from torch_stablehlo.stablehlo_ir.mlir_context import make_context
 
     program = torch.export.export(FunctionModule(torch.atan2), (make((3, 4)), make((3, 4), seed=1)))
     node = next(n for n in program.graph.nodes if n.target is aten.atan2.default)
     node.target = aten.atan2.out
-    text = str(GraphLowering(program.graph_module, signature_of(program)).lower(make_context()))
+    signature = signature_of(program, InPlaceWrites.of_program(program).kinds)
+    text = str(GraphLowering(program.graph_module, signature).lower(make_context()))
     assert "stablehlo.atan2" in text
 
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 import torch
 import torch.utils._pytree as pytree
 
-from torch_stablehlo.exported_program import USER_OUTPUT
+from torch_stablehlo.exported_program import USER_INPUT, USER_OUTPUT
 from torch_stablehlo.stablehlo_ir.specs import TensorSpec
 
 from ..conversion.signature import RNG_SEED_SLOT, InputSlot, OutputSlot, Signature
 from ..errors import InputError
 from ..formats.artifact import StableHLOArtifact
-from .settings import TRACED_PROMPT_LEN, GenerationSettings
+from .generation_settings import TRACED_PROMPT_LEN, GenerationSettings
 
 INPUT_NAMES = ("input_ids", "attention_mask")  # @main's user inputs, [batch, the symbolic dim]
 
@@ -91,8 +91,8 @@ def generate_signature(weight_slots: list[InputSlot], batch: int, settings: Gene
     output, ``sequences`` [batch, ``sequences``] (a column count, or an expression of ``dim``)."""
     example = torch.zeros(batch, 1, dtype=torch.int64)
     ids, mask = INPUT_NAMES
-    inputs = [*weight_slots, InputSlot(ids, "user_input", ids, TensorSpec(ids, "int64", (batch, dim))),
-              InputSlot(mask, "user_input", mask, TensorSpec(mask, "int64", (batch, dim)), ones_like=ids)]
+    inputs = [*weight_slots, InputSlot(ids, USER_INPUT, ids, TensorSpec(ids, "int64", (batch, dim))),
+              InputSlot(mask, USER_INPUT, mask, TensorSpec(mask, "int64", (batch, dim)), ones_like=ids)]
     if settings.sampling.do_sample:
         inputs.append(RNG_SEED_SLOT)
     output = TensorSpec("sequences", "int64", (batch, sequences))

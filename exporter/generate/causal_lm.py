@@ -7,10 +7,10 @@ from torch.export import Dim
 
 from ..api import export_to_stablehlo
 from .compose import compose
-from .program import GenerateArtifact, check_left_padding, check_tokens, generate_signature, traced_inputs
+from .generate_artifact import GenerateArtifact, check_left_padding, check_tokens, generate_signature, traced_inputs
 from .seq2seq import export_seq2seq_generate
-from .settings import GenerationSettings, resolve_settings
-from .steps import Decode, Prefill, cache_shapes
+from .generation_settings import resolve_settings
+from .loop_steps import Decode, LoopState, Prefill, Prompt, cache_shapes
 
 PROMPT_DIM = "prompt"
 
@@ -26,9 +26,10 @@ def export_generate(model, input_ids: torch.Tensor, max_new_tokens: int = 64, ma
     max_new_tokens`` (``max_cache_len=None``: the example's length plus ``max_new_tokens``, rounded up to a
     multiple of 64) run through it, at the example's batch size. ``do_sample``, ``temperature``, ``top_k`` and
     ``top_p`` as ``model.generate`` takes them: each one not given is ``model.generation_config``'s, else
-    generate's default (greedy; ``settings.resolve_sampling``); sampling draws from the artifact's seed
+    generate's default (greedy; ``generation_settings.resolve_sampling``); sampling draws from the artifact's seed
     (``art.manual_seed``). ``eos_token_id`` (an id or a list) and ``pad_token_id`` default to
-    ``model.generation_config``'s too, whose other settings are honoured or refused (``settings.py``).
+    ``model.generation_config``'s too, whose other settings are honoured or refused
+    (``generation_settings.py``).
     An encoder-decoder goes to ``seq2seq.export_seq2seq_generate`` (``input_ids`` is its source, of up to
     ``max_source_len`` tokens), which alone takes ``max_source_len``."""
     if model.training:
@@ -54,17 +55,11 @@ def export_generate(model, input_ids: torch.Tensor, max_new_tokens: int = 64, ma
     prompt = Dim(PROMPT_DIM, min=1, max=settings.max_prompt_len)
     prefill = export_to_stablehlo(Prefill(model, settings, shapes), traced_inputs(input_ids, attention_mask),
                                   dynamic_shapes=({1: prompt}, {1: prompt}))
-    decode = export_to_stablehlo(Decode(model, settings), _decode_example(model, settings, shapes, batch))
+    size = settings.max_cache_len
+    decode = export_to_stablehlo(Decode(model, settings), (LoopState.example(batch, size, shapes, model.dtype),
+                                                           Prompt.example(batch, size)))
     program = compose(prefill, decode, settings.max_new_tokens)
     signature = generate_signature(program.weight_slots, batch, settings, PROMPT_DIM, settings.max_prompt_len,
                                    f"{PROMPT_DIM} + {settings.max_new_tokens}")
     return GenerateArtifact(program.stablehlo_text, signature, program.weights, settings)
 
-
-def _decode_example(model, settings: GenerationSettings, shapes: list, batch: int) -> tuple:
-    """Inputs of ``Decode`` with the shapes and dtypes the loop carries (the values do not matter, but no two may
-    be one tensor: torch.export would make them one input)."""
-    size = settings.max_cache_len
-    return (torch.zeros(batch, size, dtype=torch.int64), torch.tensor(0), torch.zeros(batch, dtype=torch.bool),
-            [torch.zeros(shape, dtype=model.dtype) for shape in shapes], torch.ones(batch, size, dtype=torch.int64),
-            torch.tensor(0))

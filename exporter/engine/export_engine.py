@@ -17,8 +17,8 @@ from ..formats.artifact import StableHLOArtifact
 from ..formats.engine_artifact import (GENERATE, INSERT, PREFILL, SHIFT, EngineArtifact, EngineConfig,
                                        SamplingDefaults)
 from ..generate.compose import merged_weights
-from ..generate.settings import SAMPLING_DEFAULTS, GenerationSettings, resolve_settings
-from ..generate.steps import carried_shape, layer_shapes
+from ..generate.generation_settings import SAMPLING_DEFAULTS, GenerationSettings, resolve_settings
+from ..generate.loop_steps import carried_shape, layer_shapes
 from .loop import looped
 from .state import Admission, Prefilled, Prompt, sampling_rows
 from .steps import EngineGenerate, EngineInsert, EnginePrefill, EngineShift, EngineStep
@@ -87,7 +87,7 @@ def export_engine(model, slots: int = 8, max_cache_len: int = 2048, *, max_promp
 
 def sampling_defaults(generation_config) -> SamplingDefaults:
     """The sampling values ``generation_config`` holds, kept for the requests that name none (``serving``
-    resolves each request against them with ``generate.settings.resolve_sampling``, as ``export_generate``)."""
+    resolves each request against them with ``generation_settings.resolve_sampling``, as ``export_generate``)."""
     return SamplingDefaults(**{name: getattr(generation_config, name, None) for name in SAMPLING_DEFAULTS})
 
 
@@ -134,7 +134,7 @@ def _entry_point(step: StableHLOArtifact, weight_slots: list, weights: dict, sta
     ``state_leaves`` inputs donated to its first results."""
     signature = step.signature
     inputs = weight_slots + [slot for slot in signature.inputs if slot not in signature.weights]
-    signature = dataclasses.replace(signature, inputs=inputs, _trees={})
+    signature = dataclasses.replace(signature, inputs=inputs, live_trees=None)
     text = _donated(step.stablehlo_text, len(weight_slots), state_leaves)
     return StableHLOArtifact(text, signature, {s.target: weights[s.target] for s in weight_slots},
                              platform=step.platform)

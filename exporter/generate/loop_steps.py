@@ -4,25 +4,56 @@ token), each ending with the same choice of the next token.
 Both are functional: the KV cache comes in as tensors and goes out as new ones (``CarriedLayer`` writes it out of
 place with ``index_copy``), so the converted functions compose into one ``stablehlo.while`` (``compose.py``).
 
-The carried state, by name (``Decode`` takes and returns it; ``Prefill`` makes it):
-- ``tokens`` [batch, max_cache_len]: the prompt (left padding included), the tokens chosen so far, the pad token after;
-- ``cursor`` (0-d): the column of the last token written, the one the next step reads;
-- ``done`` [batch]: rows that have produced an eos (they get the pad token from then on);
-- ``going`` (0-d bool): another step is due (a token left to make and a row not done);
-- ``caches.<i>``: each layer's keys then values, [batch, kv heads, max_cache_len, head dim] without unit dims.
-``Prefill`` also returns what stays fixed: ``padding`` [batch, max_cache_len] (the prompt's attention mask, ones
-after it) and ``prompt_len`` (0-d, the prompt's columns).
+What the loop carries is one typed structure, ``Carried``: the ``LoopState`` each step rewrites and what stays
+fixed (a causal LM's ``Prompt``). ``Prefill`` returns a ``Carried``; ``Decode`` takes its two parts and returns the
+new ``LoopState``; ``compose`` reads the same fields from the converted steps' pytrees.
 
 Positions come from the mask as ``model.generate`` makes them: a token's position is the number of real tokens
 before it; the attention mask given to the model is ``padding``, so pad columns are never attended to.
 """
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 from transformers.cache_utils import Cache, StaticLayer, get_layer_types_and_kwargs
 from transformers.configuration_utils import get_head_shapes
 
-from .settings import GenerationSettings, Sampling
+from .generation_settings import GenerationSettings, Sampling
+
+
+class LoopState(NamedTuple):
+    """What the loop carries that each step rewrites."""
+    tokens: torch.Tensor  # [batch, max_cache_len]: the prompt (left padding included), the tokens chosen, pad after
+    cursor: torch.Tensor  # 0-d: the column of the last token written, the one the next step reads
+    done: torch.Tensor    # [batch] bool: rows that have produced an eos (they get the pad token from then on)
+    going: torch.Tensor   # 0-d bool: another step is due (a token left to make and a row not done)
+    caches: list          # each layer's keys then values, [batch, kv heads, max_cache_len, head dim] without unit dims
+
+    @classmethod
+    def example(cls, batch: int, max_cache_len: int, cache_shapes: list, dtype: torch.dtype) -> "LoopState":
+        """A state of these shapes and dtypes to trace a step with (the values do not matter, but no two leaves
+        may be one tensor: torch.export would make them one input)."""
+        return cls(torch.zeros(batch, max_cache_len, dtype=torch.int64), torch.tensor(0),
+                   torch.zeros(batch, dtype=torch.bool), torch.tensor(True),
+                   [torch.zeros(shape, dtype=dtype) for shape in cache_shapes])
+
+
+class Prompt(NamedTuple):
+    """What a causal LM's loop carries unchanged."""
+    padding: torch.Tensor     # [batch, max_cache_len]: the prompt's attention mask, ones after it
+    prompt_len: torch.Tensor  # 0-d: the prompt's columns
+
+    @classmethod
+    def example(cls, batch: int, max_cache_len: int) -> "Prompt":
+        return cls(torch.ones(batch, max_cache_len, dtype=torch.int64), torch.tensor(0))
+
+
+class Carried(NamedTuple):
+    """What the prefill returns and the loop carries: the state the steps rewrite and what stays fixed (the model
+    kind's: ``Prompt``, ``seq2seq_steps.Source``)."""
+    state: LoopState
+    fixed: tuple
 
 
 class CarriedLayer(StaticLayer):
@@ -110,9 +141,9 @@ class Step(torch.nn.Module):
         self.model = model
         self.settings = settings
 
-    def choose(self, logits, tokens, column, prompt_len, done) -> dict:
+    def choose(self, logits, tokens, column, prompt_len, done, caches) -> LoopState:
         """Write the token for ``column`` (chosen from ``logits``; pad where the row is done) into ``tokens``; the
-        carried state after it."""
+        carried state after it, with the new ``caches``."""
         settings = self.settings
         scores = self.processed(logits, tokens, column, prompt_len)
         if settings.sampling.do_sample:
@@ -125,7 +156,7 @@ class Step(torch.nn.Module):
             done = done | one_of(chosen, settings.eos_token_ids)
         tokens = tokens.index_copy(1, column.reshape(1), chosen.unsqueeze(1))
         going = (column < self.last_column(prompt_len)) & ~done.all()
-        return {"tokens": tokens, "cursor": column, "done": done, "going": going}
+        return LoopState(tokens, column, done, going, caches)
 
     def processed(self, logits, tokens, column, prompt_len):
         """The scores after the logits processors ``generate`` applies for these settings (``tokens`` before
@@ -252,19 +283,18 @@ class Prefill(CausalStep):
         tokens = tokens.slice_scatter(input_ids, 1, 0, prompt_len)
         column = offset + prompt_len
         done = torch.zeros(batch, dtype=torch.bool, device=input_ids.device)
-        state = self.choose(logits, tokens, column, column, done)
-        return {**state, "caches": caches, "padding": padding, "prompt_len": column}
+        return Carried(self.choose(logits, tokens, column, column, done, caches), Prompt(padding, column))
 
 
 class Decode(CausalStep):
     """One step: the token at ``cursor`` through the model, the next one chosen and written after it."""
 
-    def forward(self, tokens, cursor, done, caches, padding, prompt_len):
-        input_ids = tokens.index_select(1, cursor.reshape(1))
-        positions = positions_before(padding, cursor)
-        logits, caches = self.run_model(input_ids, padding, positions, cursor, caches)
-        state = self.choose(logits, tokens, cursor + 1, prompt_len, done)
-        return {**state, "caches": caches}
+    def forward(self, state: LoopState, fixed: Prompt) -> LoopState:
+        cursor = state.cursor
+        input_ids = state.tokens.index_select(1, cursor.reshape(1))
+        positions = positions_before(fixed.padding, cursor)
+        logits, caches = self.run_model(input_ids, fixed.padding, positions, cursor, state.caches)
+        return self.choose(logits, state.tokens, cursor + 1, fixed.prompt_len, state.done, caches)
 
 
 def positions_before(padding, cursor):
