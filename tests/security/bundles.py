@@ -33,20 +33,22 @@ def small_artifact():
 def loads_while_saving(versions: list, path: Path, outcome, loads: int, readers: int, pause: float) -> list[str]:
     """Save ``versions`` (artifacts) in turn to ``path`` from one thread, ``pause`` seconds apart (readers run
     between saves too: a save holds the interpreter most of its time), while ``readers`` threads take ``loads``
-    outcomes in all: ``outcome()`` (a load and what it computed, as a word), or the error it raised, as text."""
-    done, outcomes, lock = threading.Event(), [], threading.Lock()
+    outcomes in all, and more until two saves have ended (on a loaded machine one save can outlast the loads):
+    ``outcome()`` (a load and what it computed, as a word), or the error it raised, as text."""
+    done, outcomes, lock, saved = threading.Event(), [], threading.Lock(), [0]
 
     def save():
         turn = 0
         while not done.is_set():
             turn += 1
             versions[turn % 2].save(path)
+            saved[0] = turn
             done.wait(pause)
 
     def read():
         while True:
             with lock:
-                if len(outcomes) >= loads:
+                if len(outcomes) >= loads and saved[0] >= 2:
                     return
                 outcomes.append(None)
                 index = len(outcomes) - 1
