@@ -17,6 +17,7 @@ from typing import NamedTuple
 import torch
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
+from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 from .promotion import convert
 from .shape_values import i64_scalar, size_expr
@@ -88,7 +89,7 @@ def _derive(facts: ValueFacts, node: torch.fx.Node, arguments) -> tuple[Range | 
         return None, False
     (first, first_value), rest = arguments[0], arguments[1:]
     if target in _LAYOUT:
-        same = node.meta["val"].dim() == 1 and _shape(first) == tuple(node.meta["val"].shape)  # a range as it is
+        same = node.meta["val"].dim() == 1 and _same_shape(_shape(first), tuple(node.meta["val"].shape))  # as it is
         return (facts._ranges.get(first_value) if same else None), _known_non_negative(facts, first, first_value)
     if target in _CASTS:
         source = first.meta["val"].dtype if isinstance(first, torch.fx.Node) else None
@@ -130,8 +131,14 @@ def _one_element(argument, value) -> bool:
     if not isinstance(value, ir.Value):
         return _is_int(value)
     meta = argument.meta.get("val") if isinstance(argument, torch.fx.Node) else None
-    return isinstance(meta, torch.SymInt) or (isinstance(meta, torch.Tensor) and meta.numel() == 1
+    return isinstance(meta, torch.SymInt) or (isinstance(meta, torch.Tensor) and statically_known_true(meta.numel() == 1)
                                               and not meta.dtype.is_floating_point)
+
+
+def _same_shape(shape, other: tuple) -> bool:
+    """Whether two torch shapes are known equal without a guard (a data-dependent size may be in either)."""
+    return shape is not None and len(shape) == len(other) and all(
+        statically_known_true(size == other_size) for size, other_size in zip(shape, other))
 
 
 def _shape(argument) -> tuple | None:

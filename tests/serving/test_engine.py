@@ -109,7 +109,7 @@ def test_cancelled_requests_free_their_slots(setup, engine):
     ("hello", {}, "must be a list of token ids"),
     ([5, 6], {"max_new_tokens": 0}, "max_new_tokens must be an int from 1 to 48"),
     ([5, 6], {"max_new_tokens": CACHE}, "max_new_tokens must be an int from 1 to 48"),
-    ([5, 6], {"do_sample": True, "temperature": 0.0}, "temperature must be > 0 when sampling"),
+    ([5, 6], {"do_sample": True, "temperature": 0.0}, "temperature must be a finite number > 0 when sampling"),
     ([5, 6], {"do_sample": True, "top_k": -2}, "top_k must be a non-negative int"),
     ([5, 6], {"do_sample": True, "top_p": 1.5}, "top_p must be in (0, 1]"),
     ([5, 6], {"do_sample": True, "seed": -1}, "seed must be an int from 0"),
