@@ -23,7 +23,7 @@ from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
 from torch_stablehlo.aten_lowerings import (LoweringContext, PaddedDims, is_padded, keeps_padding, lowered_target,
                                             lowering_for, op_name, per_platform, seeded_key, tensor_type, ValueFacts)
-from torch_stablehlo.exported_program import STATE, returned_placeholders
+from torch_stablehlo.exported_program import STATE
 from torch_stablehlo.stablehlo_ir.refine import ShapeRefinementError, refine_shapes
 from torch_stablehlo.stablehlo_ir.platforms import platform_index_attributes
 from torch_stablehlo.stablehlo_ir.shardy import argument_attributes, declare_mesh, replicated_results
@@ -38,12 +38,6 @@ from .signature import PLATFORM_INDEX, RNG_SEED, InputSlot, Signature
 ALIASING_ATTR = "tf.aliasing_output"  # on an argument: the index of the result that may reuse its buffer
 
 
-def functionalised_for(graph_module: torch.fx.GraphModule, signature: Signature) -> dict:
-    """``graph_module``'s in-place nodes the walk lowers functionally (``inplace.functionalised``), its
-    placeholders' kinds read from ``signature`` (the graph's program's, or a copy's with the same placeholders)."""
-    return functionalised(graph_module, returned_placeholders(graph_module, [slot.kind for slot in signature.inputs]))
-
-
 def _is_tensor_meta(meta) -> bool:
     return isinstance(meta, torch.Tensor)
 
@@ -54,8 +48,8 @@ def _is_size_meta(meta) -> bool:
 class GraphLowering:
     """Lowers the graph of one ExportedProgram into a fresh ``ir.Module``."""
 
-    def __init__(self, graph_module: torch.fx.GraphModule, signature: Signature,
-                 exposed: Sequence[torch.fx.Node] = (), writes: dict | None = None):
+    def __init__(self, graph_module: torch.fx.GraphModule, signature: Signature, writes: dict,
+                 exposed: Sequence[torch.fx.Node] = ()):
         self.graph_module = graph_module
         self.signature = signature
         # the platforms @main is lowered for, each picking the user's lowering registered for it (none: any)
@@ -68,8 +62,8 @@ class GraphLowering:
         self.facts = ValueFacts()  # what the walk records about the values it lowers (aten_lowerings.value_facts)
         self._seed: ir.Value | None = None  # @main's last argument where the graph draws random numbers
         self._keys = itertools.count()
-        # the top graph's in-place nodes lowered functionally (``inplace.functionalised``; computed if not given)
-        self._writes = writes if writes is not None else functionalised_for(graph_module, signature)
+        # the top graph's in-place nodes lowered functionally (``inplace.InPlaceWrites.functional``)
+        self._writes = writes
 
     def lower(self, context: ir.Context, function_name: str = "main") -> ir.Module:
         """Build the module: ``@main``'s arguments are the signature's tensor inputs, each located by its name."""

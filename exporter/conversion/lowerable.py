@@ -38,7 +38,7 @@ class Conversion:
         """``@main`` in a fresh module, for the signature's platforms; it also returns the values of the
         ``exposed`` top-graph nodes, last."""
         with untouched(shape_env_of(self.program), "lowering"):
-            lowering = GraphLowering(self.graph_module, self.signature, exposed, self.writes.functional)
+            lowering = GraphLowering(self.graph_module, self.signature, self.writes.functional, exposed)
             return lowering.lower(make_context())
 
 

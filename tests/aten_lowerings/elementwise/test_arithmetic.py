@@ -311,8 +311,9 @@ def test_atan2_out_lowers_like_atan2():
     program = torch.export.export(FunctionModule(torch.atan2), (make((3, 4)), make((3, 4), seed=1)))
     node = next(n for n in program.graph.nodes if n.target is aten.atan2.default)
     node.target = aten.atan2.out
-    signature = signature_of(program, InPlaceWrites.of_program(program).kinds)
-    text = str(GraphLowering(program.graph_module, signature).lower(make_context()))
+    writes = InPlaceWrites.of_program(program)
+    signature = signature_of(program, writes.kinds)
+    text = str(GraphLowering(program.graph_module, signature, writes.functional).lower(make_context()))
     assert "stablehlo.atan2" in text
 
 
