@@ -17,7 +17,8 @@ A pass passes when every output is within the float32 tolerance of ``exporter.to
 rtol * max |eager|``). Where ``torch.export.export`` itself raises, the pass records torch's exception
 (``torch.export``): torch's limit, not ours. The conversion time is ``export_to_stablehlo`` on the
 ExportedProgram alone, in a worker that has already converted another model, after a garbage collection;
-``re-traced`` says whether it called ``ExportedProgram.run_decompositions``.
+``re-traced`` says whether the conversion re-traced the program (``decomposition.retraced``, torch's
+``run_decompositions``).
 """
 from __future__ import annotations
 
@@ -37,6 +38,7 @@ import torch.utils._pytree as pytree
 from tqdm import tqdm
 
 from torch_stablehlo.exporter import export_to_stablehlo
+from torch_stablehlo.exporter.conversion import decomposition
 from torch_stablehlo.exporter.conversion.calls import tensor_inputs
 from torch_stablehlo.exporter.tolerances import TOLERANCES
 
@@ -132,18 +134,18 @@ def compare(outputs: list, expected: list[torch.Tensor]) -> dict:
 
 @contextlib.contextmanager
 def _counting_retraces():
-    """Counts the ``ExportedProgram.run_decompositions`` calls made inside (a list, one entry per call)."""
-    calls, original = [], torch.export.ExportedProgram.run_decompositions
+    """Counts the re-traces (``decomposition.retraced``) made inside (a list, one entry per call)."""
+    calls, original = [], decomposition.retraced
 
-    def counted(self, *args, **kwargs):
+    def counted(program, table):
         calls.append(1)
-        return original(self, *args, **kwargs)
+        return original(program, table)
 
-    torch.export.ExportedProgram.run_decompositions = counted
+    decomposition.retraced = counted
     try:
         yield calls
     finally:
-        torch.export.ExportedProgram.run_decompositions = original
+        decomposition.retraced = original
 
 
 # -- the sweep -------------------------------------------------------------------------------------
@@ -188,7 +190,7 @@ def markdown(results: dict[str, dict], generate: dict[str, dict] | None = None) 
              f"max |error| <= {atol:g} + {rtol:g} x max |eager|). Max error: the largest max |ours - eager| over the "
              "outputs and passes. Convert: `export_to_stablehlo` on the ExportedProgram (torch.export excluded) "
              "in a process that has converted another model, after a garbage collection, static / dynamic. "
-             "Re-traced: whether it called `ExportedProgram.run_decompositions`.", "",
+             "Re-traced: whether the conversion re-traced the program to decompose ops (`run_decompositions`).", "",
              "| model | category | class | static | dynamic | SavedModel | max error | convert s | re-traced | notes |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for name, r in results.items():

@@ -3,15 +3,13 @@
 decomposed, stacks of weights (``scan_layers``) folded, the signature read and the graph to lower chosen.
 
 What each graph writes in place is found once (``inplace.InPlaceWrites``): the unsupported targets, the mutations
-left to ``run_decompositions``, the signature's input kinds and the graph walk all read that one value.
+left to the re-trace (``decomposition.retraced``), the signature's input kinds and the graph walk all read that one value.
 """
 from __future__ import annotations
 
 from typing import Sequence
 
 import torch
-from torch._decomp import decomposition_table
-from torch._export.utils import _get_decomp_for_cia
 from torch.export import ExportedProgram
 
 from torch_stablehlo.aten_lowerings import op_name
@@ -20,6 +18,7 @@ from torch_stablehlo.quantize import plain_quantized_weights, prepare_quantized
 
 from ..autoshard.choose import search_plan
 from ..errors import LoweringError, ShardingError, UnsupportedOpsError
+from . import decomposition
 from .graph_lowering import unsupported_targets
 from .inplace import InPlaceWrites
 from .locations import describe
@@ -84,22 +83,22 @@ def _decomposed(program: ExportedProgram) -> tuple[ExportedProgram, InPlaceWrite
     """Functionalise in-place ops and decompose only the ops without a lowering; the program and what its graph
     writes.
 
-    ``run_decompositions`` re-traces the whole program (about 1 s for GPT-2), so
+    A re-trace (``decomposition.retraced``, what ``run_decompositions`` does) costs about 1 s for GPT-2, so
     it runs only when the graph has an op we cannot lower or a mutation the walk cannot functionalise
     itself (``exporter.conversion.inplace``: one of a user input, parameter or buffer, or of an alias read later),
     again while a decomposition leaves new ops without a lowering; raises once,
     listing every op that has neither a lowering nor a decomposition.
     """
     writes, missing = _checked(program)
-    decomposable = _decompositions(missing)
+    decomposable = decomposition.decompositions(missing)
     _refuse_uncarried_constants(program, writes)
     if decomposable or writes.left or any(getattr(t, "__module__", None) in _RETRACED for t in missing):
-        program = program.run_decompositions(decomposable)
+        program = decomposition.retraced(program, decomposable)
         writes, missing = _checked(program)
     tried = set(decomposable)
-    while decomposable := {t: d for t, d in _decompositions(missing).items() if t not in tried}:
+    while decomposable := {t: d for t, d in decomposition.decompositions(missing).items() if t not in tried}:
         tried |= set(decomposable)
-        program = program.run_decompositions(decomposable)
+        program = decomposition.retraced(program, decomposable)
         writes, missing = _checked(program)
     if missing:
         raise UnsupportedOpsError({_unsupported_name(t, nodes[0]): (len(nodes), describe(nodes[0]))
@@ -114,7 +113,7 @@ def _decomposed(program: ExportedProgram) -> tuple[ExportedProgram, InPlaceWrite
 
 
 _RETRACED = ("torch._functorch.predispatch",)
-"""Modules of the functions a pre-dispatch program calls that ``run_decompositions`` traces through (vmap's
+"""Modules of the functions a pre-dispatch program calls that the re-trace traces through (vmap's
 batching markers: the retraced program computes the batch directly)."""
 
 
@@ -127,7 +126,7 @@ def _unsupported_name(target, node: torch.fx.Node) -> str:
 
 def _refuse_uncarried_constants(program: ExportedProgram, writes: InPlaceWrites) -> None:
     """Raise LoweringError for a write the walk cannot carry (part of a tensor, through a view) into a lifted
-    constant: ``run_decompositions`` cannot functionalise those either."""
+    constant: the re-trace cannot functionalise those either."""
     placeholders = [n for n in program.graph.nodes if n.op == "placeholder"]
     constants = {n: spec.target for n, spec in zip(placeholders, program.graph_signature.input_specs)
                  if kind_name(spec) == CONSTANT}
@@ -145,23 +144,6 @@ def _checked(program: ExportedProgram) -> tuple[InPlaceWrites, dict]:
     """What the program's graph writes, and the targets in it without a lowering (reading that)."""
     writes = InPlaceWrites.of_program(program)
     return writes, unsupported_targets(program.graph_module, writes.functional)
-
-
-def _decompositions(targets) -> dict:
-    """torch.export's decomposition for each target, else the one in torch's wider table (ops such as
-    ``addmv`` that torch.export keeps but core ATen does not have), else the composite implicit kernel."""
-    if not targets:
-        return {}
-    export_table = torch.export.default_decompositions()
-    found = {}
-    for target in targets:
-        if target in export_table:
-            found[target] = export_table[target]
-        elif target in decomposition_table:
-            found[target] = decomposition_table[target]
-        elif isinstance(target, torch._ops.OpOverload) and target._can_decompose():
-            found[target] = _get_decomp_for_cia(target)
-    return found
 
 
 def _on_meta(model: torch.nn.Module) -> bool:

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from torch.export import ExportedProgram
 
 from torch_stablehlo.exporter import export_to_stablehlo
+from torch_stablehlo.exporter.conversion import decomposition
 from torch_stablehlo.exporter.conversion.inplace import functional_twin
 from tests.support import FunctionModule, assert_matches_eager, make
 
@@ -17,24 +17,24 @@ aten = torch.ops.aten
 
 @pytest.fixture
 def no_retrace(monkeypatch):
-    """``run_decompositions`` fails the test if called."""
-    def refuse(self, *args, **kwargs):
-        raise AssertionError("run_decompositions was called")
+    """A re-trace (``decomposition.retraced``) fails the test."""
+    def refuse(*args, **kwargs):
+        raise AssertionError("the program was re-traced")
 
-    monkeypatch.setattr(ExportedProgram, "run_decompositions", refuse)
+    monkeypatch.setattr(decomposition, "retraced", refuse)
 
 
 @pytest.fixture
 def retraces(monkeypatch):
-    """Counts the calls of ``run_decompositions``."""
+    """Counts the re-traces (``decomposition.retraced``), each with its table."""
     calls = []
-    original = ExportedProgram.run_decompositions
+    original = decomposition.retraced
 
-    def counted(self, *args, **kwargs):
-        calls.append(args)
-        return original(self, *args, **kwargs)
+    def counted(program, table):
+        calls.append((table,))
+        return original(program, table)
 
-    monkeypatch.setattr(ExportedProgram, "run_decompositions", counted)
+    monkeypatch.setattr(decomposition, "retraced", counted)
     return calls
 
 
