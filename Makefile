@@ -24,16 +24,16 @@ demo: $(STAMP)
 	$(PY) -m torch_stablehlo.serving.served_demo
 
 test: $(STAMP)
-	$(PY) -m pytest -n auto --dist loadgroup -q --durations=25
+	$(PY) -m pytest -n auto -q --durations=25
 
 test-full: $(STAMP)
-	$(PY) -m pytest -n auto --dist loadgroup -q --durations=25 --full-sweep
+	$(PY) -m pytest -n auto -q --durations=25 --full-sweep
 
 check-imports: $(STAMP)
 	$(PY) .ci/check_imports.py
 
 check-commands: $(STAMP)
-	$(PY) -m pytest -n auto --dist loadgroup -q tests/test_documented_commands.py --documented-commands all
+	$(PY) -m pytest -n auto -q tests/test_documented_commands.py --documented-commands all
 
 coverage: $(STAMP)
 	$(PY) -m torch_stablehlo coverage

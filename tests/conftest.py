@@ -1,6 +1,7 @@
-"""Test distribution under ``pytest -n auto --dist loadgroup``: each test module stays on one worker (its
-module fixtures, such as exported golden models, are built once), except the OpInfo sweep, whose hundreds
-of independent tests spread over every worker, and the documented commands (each its own subprocess).
+"""Test distribution under ``pytest -n auto`` (``ModuleScheduling``): each test module stays on one worker (its
+module fixtures, such as exported golden models, are built once, and pytest's grouping of the tests by a module
+fixture's parameter holds), except the OpInfo sweep, whose hundreds of independent tests spread over every worker,
+and the documented commands (each its own subprocess).
 
 ``--full-sweep`` (or ``TORCH_STABLEHLO_FULL_SWEEP=1``) makes ``tests/tools/test_opinfo_sweep.py`` check every
 OpInfo entry instead of its fixed sample (see that module), and runs the tests marked ``full_sweep_only`` (too slow
@@ -18,6 +19,7 @@ from pathlib import PurePosixPath
 
 import pytest
 import torch
+from xdist.scheduler import LoadScopeScheduling
 
 SPREAD = {"test_opinfo_sweep.py", "test_documented_commands.py"}
 _SECONDS = defaultdict(float)
@@ -48,7 +50,6 @@ def _seeded():
 
 
 def pytest_configure(config):
-    config.addinivalue_line("markers", "xdist_group(name): tests that pytest-xdist keeps on one worker")
     config.addinivalue_line("markers", "full_sweep_only: run only with --full-sweep (make test-full)")
 
 
@@ -59,9 +60,22 @@ def pytest_collection_modifyitems(config, items):
         if slow:
             config.hook.pytest_deselected(items=slow)
             items[:] = [item for item in items if not item.get_closest_marker("full_sweep_only")]
-    for item in items:
-        if item.path.name not in SPREAD:
-            item.add_marker(pytest.mark.xdist_group(item.module.__name__))
+
+
+class ModuleScheduling(LoadScopeScheduling):
+    """pytest-xdist's scope scheduling with a test module as the scope (``SPREAD``'s tests each their own), the
+    modules with the most tests sent first. (``--dist loadgroup`` with an ``xdist_group`` per module did this
+    until pytest 9 moved the node id that pytest-xdist 3.8 renames to mark the group: every test became its own
+    scope, modules ran on both workers and their module fixtures were built again and again.)"""
+
+    def _split_scope(self, nodeid: str) -> str:
+        module = nodeid.split("::", 1)[0]
+        return nodeid if PurePosixPath(module).name in SPREAD else module
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    return ModuleScheduling(config, log)
 
 
 def pytest_runtest_logreport(report):
