@@ -39,6 +39,18 @@ def full_sweep(config) -> bool:
     return config.getoption("--full-sweep") or os.environ.get("TORCH_STABLEHLO_FULL_SWEEP", "") not in ("", "0")
 
 
+def sampled(metafunc, argname: str, every, sample, **parametrize):
+    """Parametrize ``argname`` over ``every`` (or what calling it returns: costly lists are made only under the
+    sweep) under ``--full-sweep``, else over its fixed ``sample`` (make test's share of a wide check, each entry
+    one of ``every``)."""
+    if not full_sweep(metafunc.config):
+        metafunc.parametrize(argname, list(sample), **parametrize)
+        return
+    every = list(every() if callable(every) else every)
+    assert set(sample) <= set(every), sorted(set(sample) - set(every))
+    metafunc.parametrize(argname, every, **parametrize)
+
+
 def documented_commands(config) -> str:
     return config.getoption("--documented-commands") or os.environ.get("TORCH_STABLEHLO_DOCUMENTED_COMMANDS") \
         or "fast"

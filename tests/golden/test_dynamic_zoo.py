@@ -20,8 +20,11 @@ from torch_stablehlo.golden import zoo
 from torch_stablehlo.golden.control_flow_zoo import STATIC_ONLY
 from torch_stablehlo.golden.dynamic import ERROR, check_size, export_variant
 
+from ..conftest import sampled
+
 ROOT = Path(__file__).resolve().parents[2]
 IN_RUNNER_ONLY = {"gpt2_12layer"}
+FULL_SWEEP_ONLY = {"gpt2_2layer_eager"}  # gpt2_2layer's twin (eager attention): checked under --full-sweep
 SAVED = "gpt2_2layer"  # also saved and run in a new process below: exported once for both tests
 
 
@@ -52,7 +55,13 @@ def test_every_float_zoo_model_has_a_dynamic_variant():
             assert set(variant.ranges) == {"batch", "length"}, name
 
 
-@pytest.fixture(scope="module", params=[n for n in zoo.DYNAMIC if n not in IN_RUNNER_ONLY])
+def pytest_generate_tests(metafunc):
+    if "exported" in metafunc.fixturenames:
+        sampled(metafunc, "exported", [n for n in zoo.DYNAMIC if n not in IN_RUNNER_ONLY],
+                [n for n in zoo.DYNAMIC if n not in IN_RUNNER_ONLY | FULL_SWEEP_ONLY], indirect=True, scope="module")
+
+
+@pytest.fixture(scope="module")
 def exported(request):
     """Each variant exported once; the test below runs that one artifact at every size."""
     name = request.param

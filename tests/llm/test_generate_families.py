@@ -15,7 +15,7 @@ from torch_stablehlo.tools.generate_sweep import PASSED, REFUSED, generating_mod
 from torch_stablehlo.tools.model_table import MODELS
 from tests.support import left_padded_prompts
 
-from ..conftest import full_sweep
+from ..conftest import sampled
 
 VOCAB = 128
 NEW_TOKENS = 24
@@ -38,6 +38,9 @@ FAMILIES = {
     "falcon_mqa": (FalconForCausalLM, FalconConfig, dict(multi_query=True, new_decoder_architecture=False,
                                                          parallel_attn=True)),
 }
+# make test's share of the families (every one under --full-sweep): both kinds of sliding window (Gemma 2's hybrid
+# cache with soft-capping, Mistral's on every layer) and the one attention unlike the others (Falcon's multi-query)
+FAMILY_SAMPLE = ["gemma2", "mistral", "falcon_mqa"]
 # tools.generate_sweep over model_table's causal LMs: this sample in make test, every one under --full-sweep
 SWEEP_SAMPLE = ["gpt2"]  # (falcon, its classic multi-query attention, is falcon_mqa above)
 # model -> the reason export_generate gives (docs/models.md's generate table): state-space layers carry no KV cache
@@ -46,7 +49,9 @@ SWEEP_REFUSALS = {"mamba": "this model has linear_attention layers", "mamba2": "
 
 def pytest_generate_tests(metafunc):
     if metafunc.function.__name__ == "test_sweep_model_generates_like_generate":
-        metafunc.parametrize("name", generating_models() if full_sweep(metafunc.config) else SWEEP_SAMPLE)
+        sampled(metafunc, "name", generating_models, SWEEP_SAMPLE)
+    if metafunc.function.__name__ == "test_padded_batch_is_token_exact_with_generate":
+        sampled(metafunc, "family", FAMILIES, FAMILY_SAMPLE)
 
 
 @pytest.fixture(scope="module")
@@ -64,7 +69,6 @@ def _model(family: str):
     return model
 
 
-@pytest.mark.parametrize("family", FAMILIES)
 def test_padded_batch_is_token_exact_with_generate(family, padded_batch):
     model = _model(family)
     ids, mask = padded_batch
