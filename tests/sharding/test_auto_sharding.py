@@ -32,6 +32,16 @@ def report(tmp_path_factory):
     return {**json.loads((folder / "report.json").read_text()), "folder": folder}
 
 
+@pytest.mark.full_sweep_only
+def test_a_mixture_of_experts_plan_splits_the_experts_and_equals_eager(tmp_path):
+    subprocess.run([sys.executable, "-m", "tests.sharding.auto_checks", str(tmp_path / "report.json"), str(tmp_path),
+                    "moe_experts_split"], check=True, timeout=600, env=dict(os.environ), capture_output=True)
+    result = _ok(json.loads((tmp_path / "report.json").read_text())["moe_experts_split"])
+    experts = {k: v for k, v in result["plan"].items() if ".experts." in k}
+    assert len(experts) == 4 and all("model" in str(spec) for spec in experts.values()), experts
+    assert result["device_argument_bytes"] < result["full_argument_bytes"] / 2
+
+
 @pytest.fixture(scope="module")
 def fsdp_plan():
     model, args = decoder_example()
