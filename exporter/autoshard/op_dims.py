@@ -293,7 +293,8 @@ def _grouped_mm(node, labels: _Labels):
     given by the cumulative group ends ``offs [experts]``: lowered as each expert's product over all rows (the
     rows of other experts masked to zeros) summed over experts, so the experts and the inputs are contracted:
     experts split is expert parallelism (one all-reduce), ``out`` split is Megatron's colwise, ``in`` rowwise."""
-    x, weights, offs = node.args[:3]
+    x, weights = node.args[:2]
+    offs = node.args[2] if len(node.args) > 2 else node.kwargs.get("offs")
     rows, inner = labels.many(shape_of(x))
     experts = labels.new(shape_of(weights)[0])
     labels.share(inner, shape_of(weights)[1])
