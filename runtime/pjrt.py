@@ -10,6 +10,8 @@ recently used is dropped (a later call at its shapes loads it from the disk cach
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import hashlib
 import threading
 from collections import OrderedDict
@@ -50,7 +52,7 @@ class LeastRecentlyUsed(OrderedDict):
             self.popitem(last=False)
 
 
-_COMPILED: LeastRecentlyUsed = LeastRecentlyUsed()  # (module fingerprint, platform) -> LoadedExecutable
+_COMPILED: LeastRecentlyUsed = LeastRecentlyUsed()  # (module fingerprint, platform, extra options) -> executable
 _COMPILE_LOCK = threading.Lock()
 STATS = {"compiled": 0, "disk_hits": 0}  # this process: XLA compilations, and loads from the disk cache
 
@@ -68,13 +70,27 @@ def client(platform: str = "cpu"):
 # argument donated to its new value (``tf.aliasing_output``: a KV cache written by dynamic_update_slice) may be
 # read before the write and updated in place, instead of copying it (2-3 whole copies of each cache per call).
 XLA_OPTIONS = (("xla_cpu_copy_insertion_use_region_analysis", True),)
+_EXTRA_OPTIONS: contextvars.ContextVar[tuple] = contextvars.ContextVar("extra_xla_options", default=())
+
+
+@contextlib.contextmanager
+def extra_xla_options(*pairs: tuple[str, object]):
+    """Modules compiled inside are compiled with these XLA options too (e.g. a lower LLVM optimisation level for
+    programs compiled only to be timed against each other); the in-memory and disk caches key on them, so an
+    executable built with them never serves a compile without them."""
+    token = _EXTRA_OPTIONS.set(_EXTRA_OPTIONS.get() + tuple(pairs))
+    try:
+        yield
+    finally:
+        _EXTRA_OPTIONS.reset(token)
 
 
 def compile_options():
-    """The ``CompileOptions`` every module is compiled with (``XLA_OPTIONS``); the disk cache's key covers them,
-    so changing them here can never load an executable built with others."""
+    """The ``CompileOptions`` every module is compiled with (``XLA_OPTIONS``, and any ``extra_xla_options`` in
+    force); the disk cache's key covers them, so changing them here can never load an executable built with
+    others."""
     options = _jax.CompileOptions()
-    options.env_option_overrides = list(XLA_OPTIONS)
+    options.env_option_overrides = list(XLA_OPTIONS) + list(_EXTRA_OPTIONS.get())
     return options
 
 
@@ -105,7 +121,7 @@ class Executable:
         self.shapes = shapes_key(arg_shapes) if arg_shapes is not None else "static"
         if arg_shapes is not None or mesh:
             module_fingerprint = fingerprint(f"{module_fingerprint}\0{shapes_key(arg_shapes or [])}\0{mesh}")
-        key = (module_fingerprint, platform)
+        key = (module_fingerprint, platform, _EXTRA_OPTIONS.get())
         with _COMPILE_LOCK:
             if key not in _COMPILED:
                 _COMPILED[key] = self._load_or_compile(mlir_text, key[0], arg_shapes)

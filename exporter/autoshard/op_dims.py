@@ -9,6 +9,7 @@ fixed): the search then keeps them replicated, which is always correct, only per
 from __future__ import annotations
 
 import math
+import operator
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -82,7 +83,7 @@ def tensor_operands(node: torch.fx.Node) -> list[torch.fx.Node]:
 
 def op_dims(node: torch.fx.Node) -> OpDims:
     """``node`` as an einsum (its result must be a tensor)."""
-    rule = _RULES.get(node.target)
+    rule = _RULES.get(node.target) or _NAMED_RULES.get(str(node.target))
     if rule is None and isinstance(node.target, torch._ops.OpOverload) and torch.Tag.pointwise in node.target.tags:
         rule = _pointwise
     labels = _Labels()
@@ -277,6 +278,61 @@ def _embedding(node, labels: _Labels):
     labels.dims.result = (*index, hidden)
 
 
+def _layer_norm(node, labels: _Labels):
+    """layer_norm(x, normalized_shape, weight, bias): the normalized (last) dims whole, the others shared."""
+    x, normalized = node.args[0], node.args[1]
+    own = labels.many(shape_of(x))
+    inner = own[len(own) - len(normalized):]
+    labels.fix(*inner)
+    labels.dims.result = own
+    labels.dims.operands = [(x, own)] + [(w, inner) for w in node.args[2:4] if isinstance(w, torch.fx.Node)]
+
+
+def _grouped_mm(node, labels: _Labels):
+    """Experts' products, ``x [rows, in] x weights [experts, in, out] -> [rows, out]`` with each row's expert
+    given by the cumulative group ends ``offs [experts]``: lowered as each expert's product over all rows (the
+    rows of other experts masked to zeros) summed over experts, so the experts and the inputs are contracted:
+    experts split is expert parallelism (one all-reduce), ``out`` split is Megatron's colwise, ``in`` rowwise."""
+    x, weights = node.args[:2]
+    offs = node.args[2] if len(node.args) > 2 else node.kwargs.get("offs")
+    rows, inner = labels.many(shape_of(x))
+    experts = labels.new(shape_of(weights)[0])
+    labels.share(inner, shape_of(weights)[1])
+    out = labels.new(shape_of(weights)[2])
+    labels.dims.result = (rows, out)
+    labels.dims.operands = [(x, (rows, inner)), (weights, (experts, inner, out))]
+    if isinstance(offs, torch.fx.Node):
+        labels.dims.operands.append((offs, (experts,)))
+    labels.dims.flops = 2.0 * math.prod(_sizes(shape_of(x))) * math.prod(_sizes(shape_of(weights))[::2])
+
+
+def _piece(node, labels: _Labels):
+    """getitem of a chunk or split along ``dim``: every dim of the source shared but the one cut."""
+    source, index = node.args
+    if not (isinstance(source, torch.fx.Node) and source.target in _CUTS and isinstance(index, int)):
+        return False
+    x = source.args[0]
+    shape = shape_of(x)
+    dim = (source.args[2] if len(source.args) > 2 else source.kwargs.get("dim", 0)) % len(shape)
+    own = labels.many(shape)
+    labels.fix(own[dim])
+    labels.dims.operands = [(x, own)]
+    labels.dims.result = tuple(r if i != dim else labels.new(1, fixed=True) for i, r in enumerate(own))
+
+
+def _index(node, labels: _Labels):
+    """x[..., idx, ...] with one index tensor: the indexed dim's rows gathered (fixed), the other dims shared."""
+    x, indices = node.args[:2]
+    at = [i for i, index in enumerate(indices) if index is not None]
+    if len(at) != 1 or shape_of(indices[at[0]]) is None:
+        return False
+    own = labels.many(shape_of(x))
+    labels.fix(own[at[0]])
+    picked = labels.many(shape_of(indices[at[0]]), fixed=True)
+    labels.dims.operands = [(x, own), (indices[at[0]], picked)]
+    labels.dims.result = own[:at[0]] + picked + own[at[0] + 1:]
+
+
 def _sizes(shape) -> list[int]:
     return [_static(d) or 1 for d in shape]
 
@@ -296,6 +352,16 @@ _RULES: dict[object, Callable] = {
     aten.clone.default: _pointwise, aten._to_copy.default: _pointwise, aten.alias.default: _pointwise,
     aten.contiguous.default: _pointwise, aten.detach.default: _pointwise,
     torch.ops.torch_stablehlo.mark_sharding.default: _pointwise,
+    aten.to.dtype: _pointwise, aten.to.dtype_layout: _pointwise, aten.to.device: _pointwise,
+    aten.dropout.default: _pointwise, aten.layer_norm.default: _layer_norm,
+    aten._grouped_mm.default: _grouped_mm, operator.getitem: _piece, aten.index.Tensor: _index,
 }
+_NAMED_RULES: dict[str, Callable] = {"transformers.grouped_mm_fallback.default": _grouped_mm}  # another library's op
+_CUTS = {aten.chunk.default, aten.split.Tensor, aten.split_with_sizes.default}
 CONTRACTIONS = {aten.linear.default, aten.mm.default, aten.bmm.default, aten.addmm.default,
-                aten.scaled_dot_product_attention.default, aten.embedding.default}
+                aten.scaled_dot_product_attention.default, aten.embedding.default, aten._grouped_mm.default}
+
+
+def is_contraction(node: torch.fx.Node) -> bool:
+    """A product (whose result layout a plan constrains)."""
+    return node.target in CONTRACTIONS or str(node.target) in _NAMED_RULES

@@ -17,7 +17,7 @@ from torch_stablehlo.stablehlo_ir.shardy import Spec
 
 from ..conversion.signature import RNG_SEED, Signature
 from ..errors import ShardingError
-from .op_dims import CONTRACTIONS, shape_of
+from .op_dims import is_contraction, shape_of
 from .picture import entry_axes, plan_text
 from .problem import build_problem
 from .solve import solve
@@ -100,7 +100,7 @@ def ilp_plan(program: ExportedProgram, signature: Signature, mesh: dict[str, int
         for node in choice.nodes:
             if node in names:
                 specs[names[node]] = user_spec(strategy.result)
-            elif node.target in CONTRACTIONS:
+            elif is_contraction(node):
                 constraints[node.name] = strategy.result
     order = list(names.values())  # the signature's order
     return ShardingPlan({n: specs[n] for n in order}, mesh, _held(names), solution.seconds, constraints)
@@ -159,7 +159,7 @@ def fsdp_plan(program: ExportedProgram, signature: Signature, axis: str = "fsdp"
         specs[name] = () if dim is None else (None,) * dim + (axis,)
     constraints = {}  # products' results whole but for the batch: each weight is gathered where it is used
     for node in program.graph.nodes:
-        if node.op == "call_function" and node.target in CONTRACTIONS:
+        if node.op == "call_function" and is_contraction(node):
             shape = node.meta["val"].shape
             split = batch_axis is not None and shape and isinstance(shape[0], int) and \
                 shape[0] % sizes.get(batch_axis, 1) == 0

@@ -61,11 +61,18 @@ class Problem:
     edges: list[Edge]
     mesh: dict[str, int]
     costs: DeviceCosts
+    _reshards: dict = field(default_factory=dict, repr=False)  # (source, target, nbytes) -> seconds
 
     def reshard_seconds(self, source: Spec, target: Spec, nbytes: float) -> float:
         """The collectives taking a tensor of ``nbytes`` from layout ``source`` to ``target``."""
         if source == target:
             return 0.0
+        key = (source, target, nbytes)
+        if key not in self._reshards:
+            self._reshards[key] = self._collective_seconds(source, target, nbytes)
+        return self._reshards[key]
+
+    def _collective_seconds(self, source: Spec, target: Spec, nbytes: float) -> float:
         split = math.prod(self.mesh[a] for axes in target for a in axes)
         seconds = 0.0
         for axis in self.mesh:

@@ -130,6 +130,37 @@ def tied_split_apart(folder: Path) -> dict:
     return check(model, args, mesh={"data": 2, "model": 4}, shardings=plan)
 
 
+def _mixtral():
+    import transformers  # the zoo's dependency, imported where this check needs it
+    torch.manual_seed(0)
+    config = transformers.MixtralConfig(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                        num_attention_heads=4, num_key_value_heads=4, num_local_experts=4,
+                                        num_experts_per_tok=2, max_position_embeddings=32)
+    model = transformers.MixtralForCausalLM(config).eval()
+    return _LogitsOf(model), (torch.randint(0, 128, (4, 8)),)
+
+
+class _LogitsOf(torch.nn.Module):
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids):
+        return self.model(input_ids=input_ids, use_cache=False).logits
+
+
+def moe_experts_split(folder: Path) -> dict:
+    """A mixture-of-experts decoder (transformers' Mixtral, its experts' products one grouped op) on cheap
+    collectives: the experts' weights are split (the grouped product read as an einsum over experts, inputs and
+    outputs), and the plan runs equal to eager."""
+    mesh = {"data": 2, "model": 4}
+    os.environ[FILE_VARIABLE] = stated_costs(folder, "cheap_moe", mesh, latency=2e-6)
+    model, args = _mixtral()
+    plan = auto_shardings(model, args, mesh=mesh, timed=False)
+    proof = check(model, args, mesh=mesh, shardings=plan)
+    return {"plan": {k: list(v) for k, v in plan.items()}, **proof}
+
+
 def load_and_run(folder: Path) -> None:
     art = load_artifact(folder / "bundle")
     out = art(torch.from_numpy(np.load(folder / "input_ids.npy")))
@@ -138,11 +169,12 @@ def load_and_run(folder: Path) -> None:
 
 
 CHECKS = [mlp_megatron, mlp_budget, fsdp, decoder_auto, tied_split_apart]
+FULL_SWEEP_CHECKS = [moe_experts_split]  # run by --full-sweep: an export of a transformers MoE decoder
 
 
-def main(report_path: str, folder: str) -> None:
+def main(report_path: str, folder: str, names: list[str]) -> None:
     report = {}
-    for run in CHECKS:
+    for run in [c for c in CHECKS + FULL_SWEEP_CHECKS if c.__name__ in names] if names else CHECKS:
         try:
             report[run.__name__] = {"ok": True, **run(Path(folder))}
         except Exception:  # noqa: BLE001  (each check reports its own failure)
@@ -155,4 +187,4 @@ if __name__ == "__main__":
     if sys.argv[1] == "--load":
         load_and_run(Path(sys.argv[2]))
     else:
-        main(sys.argv[1], sys.argv[2])
+        main(sys.argv[1], sys.argv[2], sys.argv[3:])

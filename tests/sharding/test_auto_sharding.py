@@ -4,6 +4,7 @@ two-layer MLP (colwise then rowwise, one all-reduce), the memory budget, FSDP an
 through the call, a bundle and ``to_jax()``, the auto plan the fastest of the candidates timed, a tied weight split
 two ways; the auto-sharded bundle in a fresh process, and ``inspect --shardings`` on it."""
 import json
+import operator
 import os
 import subprocess
 import sys
@@ -12,6 +13,7 @@ import pytest
 import torch
 
 from torch_stablehlo.exporter import (ShardingError, auto_shardings, export_to_stablehlo, fsdp_shardings)
+from torch_stablehlo.exporter.autoshard.op_dims import op_dims
 from torch_stablehlo.exporter.autoshard.plan import held_slots
 from torch_stablehlo.exporter.autoshard.timing import shallow_program
 from torch_stablehlo.exporter.conversion.inplace import InPlaceWrites
@@ -30,6 +32,16 @@ def report(tmp_path_factory):
     subprocess.run([sys.executable, "-m", "tests.sharding.auto_checks", str(folder / "report.json"), str(folder)],
                    check=True, timeout=600, env=dict(os.environ), capture_output=True)
     return {**json.loads((folder / "report.json").read_text()), "folder": folder}
+
+
+@pytest.mark.full_sweep_only
+def test_a_mixture_of_experts_plan_splits_the_experts_and_equals_eager(tmp_path):
+    subprocess.run([sys.executable, "-m", "tests.sharding.auto_checks", str(tmp_path / "report.json"), str(tmp_path),
+                    "moe_experts_split"], check=True, timeout=600, env=dict(os.environ), capture_output=True)
+    result = _ok(json.loads((tmp_path / "report.json").read_text())["moe_experts_split"])
+    experts = {k: v for k, v in result["plan"].items() if ".experts." in k}
+    assert len(experts) == 4 and all("model" in str(spec) for spec in experts.values()), experts
+    assert result["device_argument_bytes"] < result["full_argument_bytes"] / 2
 
 
 @pytest.fixture(scope="module")
@@ -166,3 +178,29 @@ def test_the_shallow_copy_returns_the_kept_layer_where_the_stack_returned_its_la
     shallow = shallow_program(program, held_slots(signature, program))
     assert len(shallow.graph_signature.input_specs) == 3  # layers.0's weight and bias, x
     torch.testing.assert_close(shallow.module()(*args), torch.tanh(model.layers[0](*args)))
+
+
+class _NormedHalves(torch.nn.Module):
+    """layer_norm, dropout, a chunk's halves: ops that took and gave whole tensors before they had einsum rules."""
+
+    def __init__(self):
+        super().__init__()
+        self.norm, self.up = torch.nn.LayerNorm(8), torch.nn.Linear(8, 16)
+
+    def forward(self, x):
+        gate, up = self.up(torch.nn.functional.dropout(self.norm(x), 0.1, training=False)).chunk(2, dim=-1)
+        return gate * up
+
+
+@pytest.mark.full_sweep_only
+def test_layer_norm_and_a_chunks_pieces_keep_their_other_dims_splittable():
+    program, _ = prepared_program(_NormedHalves().eval(), (torch.randn(4, 3, 8),))
+    nodes = {str(n.target): n for n in program.graph.nodes if n.op == "call_function"}
+    norm = op_dims(nodes["aten.layer_norm.default"])
+    assert [label in norm.fixed for label in norm.result] == [False, False, True]  # the normalized dim whole
+    assert [labels for _, labels in norm.operands[1:]] == [norm.result[-1:]] * 2  # its weight and bias
+    piece = op_dims(next(n for n in program.graph.nodes if n.target is operator.getitem))
+    (source, labels), = piece.operands
+    assert source.target is torch.ops.aten.linear.default
+    assert [label in piece.fixed for label in labels] == [False, False, True]  # the rows split, the cut dim whole
+    assert piece.result[:2] == labels[:2]
