@@ -36,10 +36,25 @@ class _CallLayout(NamedTuple):
     input_specs: list
     dynamic: bool               # some input has a symbolic dim (an executable per shape signature)
     checks_dims: bool           # a symbolic dim, a scalar input or a mesh: check_dims has work to do
+    takes_rng_seed: bool        # @main ends with the rng_seed argument
     one_stream: bool            # state or random draws: calls run one at a time
     held_shapes: list           # the held arguments' shapes, @main's leading ones
     state_results: list         # (result index, state target, its position among the held arguments)
     carried: frozenset          # the state's result indices (its new values stay on the device)
+    # where every input is a tensor that the call's pytree holds as a leaf (args and kwargs, no nesting): how many
+    # positional ones, and the keywords in @main order; None otherwise
+    flat_call: tuple[int, tuple[str, ...]] | None
+
+    def given_tensors(self, args: tuple, kwargs: dict) -> list | None:
+        """The tensor inputs in ``@main`` order where the call passes exactly the flat inputs as tensors (what a
+        decode loop does every token, without flattening the pytree); None: ``tensor_inputs`` reads the call."""
+        if self.flat_call is None or len(args) != self.flat_call[0] or len(kwargs) != len(self.flat_call[1]):
+            return None
+        try:
+            tensors = [*args, *(kwargs[key] for key in self.flat_call[1])]
+        except KeyError:
+            return None
+        return tensors if all(type(t) is torch.Tensor for t in tensors) else None
 
     @classmethod
     def of(cls, signature: Signature) -> "_CallLayout":
@@ -50,9 +65,20 @@ class _CallLayout(NamedTuple):
         dynamic = signature.is_dynamic
         return cls([slot.name for slot in inputs], [slot.tensor for slot in inputs], dynamic,
                    dynamic or bool(signature.mesh) or any(slot.scalar for slot in inputs),
-                   bool(signature.state) or signature.takes_rng_seed, [slot.tensor.shape for slot in held],
+                   signature.takes_rng_seed, bool(signature.state) or signature.takes_rng_seed,
+                   [slot.tensor.shape for slot in held],
                    [(i, outputs[i].target, position[outputs[i].target]) for i in sorted(signature.state_results)],
-                   frozenset(signature.state_results))
+                   frozenset(signature.state_results), _flat_call(signature))
+
+
+def _flat_call(signature: Signature) -> tuple[int, tuple[str, ...]] | None:
+    tree = signature.in_tree
+    parts = [tree.child(i) for i in range(tree.num_children)]
+    slots = signature.user_inputs
+    if not parts or any(not child.is_leaf() for part in parts for child in part.children()) or \
+            any(slot.tensor is None or slot.scalar for slot in slots):
+        return None
+    return parts[0].num_children, tuple(parts[1].context) if len(parts) == 2 else ()
 
 
 class StableHLOArtifact:
@@ -92,7 +118,10 @@ class StableHLOArtifact:
 
     # -- running ------------------------------------------------------------
     def __call__(self, *args, **kwargs):
-        return unflatten_outputs(self.signature, self.run_flat(tensor_inputs(self.signature, args, kwargs)))
+        tensors = self._layout.given_tensors(args, kwargs)
+        if tensors is None:
+            tensors = tensor_inputs(self.signature, args, kwargs)
+        return unflatten_outputs(self.signature, self.run_flat(tensors))
 
     def run_flat(self, tensors: list[torch.Tensor]) -> list:
         """Run on the tensor inputs in ``@main`` order; returns the user outputs, flat (tensors, and Python
@@ -190,7 +219,7 @@ class StableHLOArtifact:
 
     def _seeds(self) -> list[torch.Tensor]:
         """The ``rng_seed`` argument where ``@main`` takes one (then advanced for the next call)."""
-        if not self.signature.takes_rng_seed:
+        if not self._layout.takes_rng_seed:
             return []
         self._seed += 1
         return [torch.tensor(self._seed - 1, dtype=torch.int64)]
