@@ -30,12 +30,17 @@ from .versions import DEFAULT_TARGET
 from .weights import alias_map, attach, missing_data
 
 
+CHECKED_SHAPES = 1024
+"""How many input shape signatures an artifact remembers as checked (then it forgets them all and starts again)."""
+
+
 class _CallLayout(NamedTuple):
     """What each call reads from the signature, worked out once (a decode loop calls a program for every token)."""
     input_names: list           # the tensor user inputs' names and specs, in @main order
     input_specs: list
     dynamic: bool               # some input has a symbolic dim (an executable per shape signature)
     checks_dims: bool           # a symbolic dim, a scalar input or a mesh: check_dims has work to do
+    scalars: bool               # some input is a Python int (its value, not only the shapes, is checked)
     takes_rng_seed: bool        # @main ends with the rng_seed argument
     one_stream: bool            # state or random draws: calls run one at a time
     held_shapes: list           # the held arguments' shapes, @main's leading ones
@@ -65,6 +70,7 @@ class _CallLayout(NamedTuple):
         dynamic = signature.is_dynamic
         return cls([slot.name for slot in inputs], [slot.tensor for slot in inputs], dynamic,
                    dynamic or bool(signature.mesh) or any(slot.scalar for slot in inputs),
+                   any(slot.scalar for slot in inputs),
                    signature.takes_rng_seed, bool(signature.state) or signature.takes_rng_seed,
                    [slot.tensor.shape for slot in held],
                    [(i, outputs[i].target, position[outputs[i].target]) for i in sorted(signature.state_results)],
@@ -103,6 +109,7 @@ class StableHLOArtifact:
         self._device_weights: dict[str, object] = {}
         self._device_state: dict[str, object] = {}  # each state slot's value after the last call, by target
         self._held: tuple[object, list] | None = None  # (the mesh executable they are laid out for, held arrays)
+        self._checked_shapes: set[tuple] = set()  # input shapes whose symbolic dims passed check_dims
         self._weight_readers: dict[str, object] = {}  # weights read shard by shard from files (load_artifact)
         self._seed = 0  # the next call's rng_seed, where the program draws random numbers
         self._lock = threading.RLock()  # calls of one stream (state, seeds) one at a time: see _execute
@@ -163,7 +170,7 @@ class StableHLOArtifact:
         layout = self._layout
         validate_inputs(layout.input_specs, tensors)
         if layout.checks_dims:
-            check_dims(self.signature, tensors)  # symbolic dims: in range, and equal where they must be
+            self._check_dims(tensors, layout.scalars)
         with self._lock if layout.one_stream else contextlib.nullcontext():
             hosts = [to_numpy(t) for t in tensors + self._seeds()]
             with self._lock:
@@ -173,6 +180,17 @@ class StableHLOArtifact:
             for result, target, position in layout.state_results:  # the next call's state
                 self._device_state[target] = held_arrays[position] = arrays[result]
             return arrays
+
+    def _check_dims(self, tensors: list[torch.Tensor], scalars: bool) -> None:
+        """Symbolic dims in range, and equal where they must be (``check_dims``); shapes that passed are not
+        checked again (sympy takes about half a millisecond, at every token of a dynamic-prompt decode loop)."""
+        shapes = tuple(tensor.shape for tensor in tensors)
+        if scalars or shapes not in self._checked_shapes:
+            check_dims(self.signature, tensors)
+            if not scalars:
+                if len(self._checked_shapes) >= CHECKED_SHAPES:
+                    self._checked_shapes.clear()
+                self._checked_shapes.add(shapes)
 
     @functools.cached_property
     def _layout(self) -> "_CallLayout":
