@@ -1,7 +1,7 @@
 """Compile and run StableHLO on a PJRT client from jaxlib (CPU by default).
 
-Global JAX config is never changed: 64-bit inputs are placed on the device
-inside ``jax.enable_x64`` (a scoped setting) so int64/float64 stay 64-bit.
+Global JAX config is never changed: 64-bit inputs are placed on the device as 64-bit (the transfer told so, or
+inside ``jax.enable_x64``, a scoped setting) so int64/float64 stay 64-bit.
 A module partitioned over a device mesh runs SPMD on its devices (see ``runtime.spmd``).
 
 Compiled executables stay in memory, at most ``$TORCH_STABLEHLO_MAX_EXECUTABLES`` (``runtime.settings``, default
