@@ -17,7 +17,7 @@ The model: 8 layers, 512 wide (8 heads of 64, MLP 1536), 32k vocabulary, untied 
   the input embedding table, of which it reads one row, and the whole cache) over the memory bandwidth measured
   in this run (XLA summing a 512 MB array, timed between the decoding runs, median); the figures with the whole
   table counted, and with the cache read only up to each step's position (what must be read: our attention
-  reads the live prefix, in buckets of 128 keys and up, ``aten_lowerings/emit/live_prefix.py``), are printed
+  reads the live prefix, in buckets of 64 keys and up, ``aten_lowerings/emit/live_prefix.py``), are printed
   too.
 
 ms/token is the decode steps alone: (time for prompt + N new tokens - time for prompt + 1) / (N - 1), for

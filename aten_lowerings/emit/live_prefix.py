@@ -1,7 +1,7 @@
 """Attention over the live prefix of its keys: a static KV cache is mostly empty while decoding, and its mask says
 so, so the products need read only the keys up to the last one the mask keeps.
 
-Key lengths are compiled in buckets (128, 256, 512, ... below the keys' length, then the whole length), and a
+Key lengths are compiled in buckets (64, 128, 256, ... below the keys' length, then the whole length), and a
 ``stablehlo.case`` picks the shortest bucket that holds every live key, the last key any row keeps. A key is
 dead where a bool mask is false or a float mask is at most its dtype's lowest finite number (``-inf``
 included): its softmax weight is exactly zero in every row that keeps some key, so dropping it changes nothing
@@ -32,8 +32,10 @@ from .elementwise import compare
 from .reduce import reduce
 from .slicing import slice_dim
 
-SHORTEST = 128
-"""The shortest bucket: keys are read at least this many at a time."""
+SHORTEST = 64
+"""The shortest bucket: keys are read at least this many at a time (a decode step early in its cache reads 64
+keys rather than 128: the copy of each bucket's keys and values and the products over them, a few percent of a
+small decoder's step)."""
 
 
 def bucket_lengths(mask, keys: Sequence[ir.Value]) -> list[int]:

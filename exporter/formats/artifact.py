@@ -6,9 +6,11 @@ It is saved as a bundle (``save``, read back by ``load_artifact``), as a TF Save
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import threading
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -26,6 +28,63 @@ from ..conversion.calls import check_dims, output_values, tensor_inputs, unflatt
 from ..conversion.signature import Signature
 from .versions import DEFAULT_TARGET
 from .weights import alias_map, attach, missing_data
+
+
+CHECKED_SHAPES = 1024
+"""How many input shape signatures an artifact remembers as checked (then it forgets them all and starts again)."""
+
+
+class _CallLayout(NamedTuple):
+    """What each call reads from the signature, worked out once (a decode loop calls a program for every token)."""
+    input_names: list           # the tensor user inputs' names and specs, in @main order
+    input_specs: list
+    dynamic: bool               # some input has a symbolic dim (an executable per shape signature)
+    checks_dims: bool           # a symbolic dim, a scalar input or a mesh: check_dims has work to do
+    scalars: bool               # some input is a Python int (its value, not only the shapes, is checked)
+    takes_rng_seed: bool        # @main ends with the rng_seed argument
+    one_stream: bool            # state or random draws: calls run one at a time
+    held_shapes: list           # the held arguments' shapes, @main's leading ones
+    state_results: list         # (result index, state target, its position among the held arguments)
+    carried: frozenset          # the state's result indices (its new values stay on the device)
+    # where every input is a tensor that the call's pytree holds as a leaf (args and kwargs, no nesting): how many
+    # positional ones, and the keywords in @main order; None otherwise
+    flat_call: tuple[int, tuple[str, ...]] | None
+
+    def given_tensors(self, args: tuple, kwargs: dict) -> list | None:
+        """The tensor inputs in ``@main`` order where the call passes exactly the flat inputs as tensors (what a
+        decode loop does every token, without flattening the pytree); None: ``tensor_inputs`` reads the call."""
+        if self.flat_call is None or len(args) != self.flat_call[0] or len(kwargs) != len(self.flat_call[1]):
+            return None
+        try:
+            tensors = [*args, *(kwargs[key] for key in self.flat_call[1])]
+        except KeyError:
+            return None
+        return tensors if all(type(t) is torch.Tensor for t in tensors) else None
+
+    @classmethod
+    def of(cls, signature: Signature) -> "_CallLayout":
+        held = signature.held_inputs
+        position = {slot.target: i for i, slot in enumerate(held) if slot.kind == STATE}
+        outputs = signature.main_outputs
+        inputs = [slot for slot in signature.user_inputs if slot.tensor is not None]
+        dynamic = signature.is_dynamic
+        return cls([slot.name for slot in inputs], [slot.tensor for slot in inputs], dynamic,
+                   dynamic or bool(signature.mesh) or any(slot.scalar for slot in inputs),
+                   any(slot.scalar for slot in inputs),
+                   signature.takes_rng_seed, bool(signature.state) or signature.takes_rng_seed,
+                   [slot.tensor.shape for slot in held],
+                   [(i, outputs[i].target, position[outputs[i].target]) for i in sorted(signature.state_results)],
+                   frozenset(signature.state_results), _flat_call(signature))
+
+
+def _flat_call(signature: Signature) -> tuple[int, tuple[str, ...]] | None:
+    tree = signature.in_tree
+    parts = [tree.child(i) for i in range(tree.num_children)]
+    slots = signature.user_inputs
+    if not parts or any(not child.is_leaf() for part in parts for child in part.children()) or \
+            any(slot.tensor is None or slot.scalar for slot in slots):
+        return None
+    return parts[0].num_children, tuple(parts[1].context) if len(parts) == 2 else ()
 
 
 class StableHLOArtifact:
@@ -49,6 +108,8 @@ class StableHLOArtifact:
         self._executables = pjrt.LeastRecentlyUsed()  # by @main's argument shapes where dynamic (bounded)
         self._device_weights: dict[str, object] = {}
         self._device_state: dict[str, object] = {}  # each state slot's value after the last call, by target
+        self._held: tuple[object, list] | None = None  # (the mesh executable they are laid out for, held arrays)
+        self._checked_shapes: set[tuple] = set()  # input shapes whose symbolic dims passed check_dims
         self._weight_readers: dict[str, object] = {}  # weights read shard by shard from files (load_artifact)
         self._seed = 0  # the next call's rng_seed, where the program draws random numbers
         self._lock = threading.RLock()  # calls of one stream (state, seeds) one at a time: see _execute
@@ -64,17 +125,19 @@ class StableHLOArtifact:
 
     # -- running ------------------------------------------------------------
     def __call__(self, *args, **kwargs):
-        return unflatten_outputs(self.signature, self.run_flat(tensor_inputs(self.signature, args, kwargs)))
+        tensors = self._layout.given_tensors(args, kwargs)
+        if tensors is None:
+            tensors = tensor_inputs(self.signature, args, kwargs)
+        return unflatten_outputs(self.signature, self.run_flat(tensors))
 
     def run_flat(self, tensors: list[torch.Tensor]) -> list:
         """Run on the tensor inputs in ``@main`` order; returns the user outputs, flat (tensors, and Python
         scalars and constants where the model returns them). Inputs the model mutates are updated in place;
         the state stays on the device for the next call."""
-        arrays, carried = self._execute(tensors), self.signature.state_results
-        results = iter(output_values(self.signature, [None if i in carried else to_torch(a)
+        arrays, layout = self._execute(tensors), self._layout
+        results = iter(output_values(self.signature, [None if i in layout.carried else to_torch(a)
                                                      for i, a in enumerate(arrays)]))
-        inputs = {slot.name: tensor for slot, tensor in
-                  zip([s for s in self.signature.user_inputs if s.tensor is not None], tensors)}
+        inputs = dict(zip(layout.input_names, tensors))
         user_outputs, updates = [], []
         for slot in self.signature.outputs:
             value = next(results) if slot.tensor is not None else None
@@ -93,7 +156,7 @@ class StableHLOArtifact:
         """Every result of ``@main`` for the tensor inputs in ``@main`` order (weights, state and ``rng_seed``
         added here), as torch tensors: nothing sliced, cast back or matched to the signature's outputs (the
         state's new values copied: the device keeps them for the next call)."""
-        carried = self.signature.state_results
+        carried = self._layout.carried
         return [to_torch(np.array(a)) if i in carried else to_torch(a) for i, a in enumerate(self._execute(tensors))]
 
     def _execute(self, tensors: list[torch.Tensor]) -> list:
@@ -104,19 +167,34 @@ class StableHLOArtifact:
         a time, each taking the state the one before left (``_lock`` held for the whole call: a donated buffer is
         never handed to two executions); calls of a program without either run at once, only the lookups of
         executables and placed weights taking turns."""
-        validate_inputs([slot.tensor for slot in self.signature.user_inputs if slot.tensor is not None], tensors)
-        check_dims(self.signature, tensors)  # symbolic dims: in range, and equal where they must be
-        one_stream = bool(self.signature.state) or self.signature.takes_rng_seed
-        with self._lock if one_stream else contextlib.nullcontext():
+        layout = self._layout
+        validate_inputs(layout.input_specs, tensors)
+        if layout.checks_dims:
+            self._check_dims(tensors, layout.scalars)
+        with self._lock if layout.one_stream else contextlib.nullcontext():
             hosts = [to_numpy(t) for t in tensors + self._seeds()]
-            held = self.signature.held_inputs
             with self._lock:
-                executable = self._compiled([s.tensor.shape for s in held] + [h.shape for h in hosts])
+                executable = self._compiled(layout.held_shapes + [h.shape for h in hosts])
                 held_arrays = self._held_on_device(executable)
-            arrays = executable.execute(held_arrays + executable.put(hosts, first=len(held)))
-            outputs = self.signature.main_outputs
-            self._device_state.update({outputs[i].target: arrays[i] for i in self.signature.state_results})
+            arrays = executable.execute(held_arrays + executable.put(hosts, first=len(held_arrays)))
+            for result, target, position in layout.state_results:  # the next call's state
+                self._device_state[target] = held_arrays[position] = arrays[result]
             return arrays
+
+    def _check_dims(self, tensors: list[torch.Tensor], scalars: bool) -> None:
+        """Symbolic dims in range, and equal where they must be (``check_dims``); shapes that passed are not
+        checked again (sympy takes about half a millisecond, at every token of a dynamic-prompt decode loop)."""
+        shapes = tuple(tensor.shape for tensor in tensors)
+        if scalars or shapes not in self._checked_shapes:
+            check_dims(self.signature, tensors)
+            if not scalars:
+                if len(self._checked_shapes) >= CHECKED_SHAPES:
+                    self._checked_shapes.clear()
+                self._checked_shapes.add(shapes)
+
+    @functools.cached_property
+    def _layout(self) -> "_CallLayout":
+        return _CallLayout.of(self.signature)
 
     @property
     def platforms(self) -> tuple[str, ...]:
@@ -148,6 +226,7 @@ class StableHLOArtifact:
         """Return the state to its exported values (the next call starts from them). Returns the artifact."""
         with self._lock:
             self._device_state.clear()
+            self._held = None
         return self
 
     def manual_seed(self, seed: int) -> "StableHLOArtifact":
@@ -158,7 +237,7 @@ class StableHLOArtifact:
 
     def _seeds(self) -> list[torch.Tensor]:
         """The ``rng_seed`` argument where ``@main`` takes one (then advanced for the next call)."""
-        if not self.signature.takes_rng_seed:
+        if not self._layout.takes_rng_seed:
             return []
         self._seed += 1
         return [torch.tensor(self._seed - 1, dtype=torch.int64)]
@@ -166,7 +245,7 @@ class StableHLOArtifact:
     def _compiled(self, arg_shapes: list) -> pjrt.Executable:
         """The executable for ``@main`` arguments of these shapes: one for a static module; for a dynamic one,
         one per shape signature of the call (the module refined to it; see ``stablehlo_ir.refine``)."""
-        shapes = tuple(tuple(shape) for shape in arg_shapes) if self.signature.is_dynamic else ()
+        shapes = tuple(tuple(shape) for shape in arg_shapes) if self._layout.dynamic else ()
         if shapes not in self._executables:
             self._executables[shapes] = pjrt.Executable(self.runnable_text(), self.platform,
                                                         arg_shapes=shapes if shapes else None,
@@ -174,10 +253,19 @@ class StableHLOArtifact:
         return self._executables[shapes]
 
     def _held_on_device(self, executable: pjrt.Executable) -> list:
-        """``@main``'s held arguments on the device. Weights: copies made once (over a mesh, each device holding
-        its shard only, as ``executable`` takes it); aliases (tied weights) share one copy where the program takes them
-        laid out alike. State: its value after the last call, else a copy of its exported value of its own (each
-        call consumes it)."""
+        """``@main``'s held arguments on the device, the list ``_execute`` puts each call's new state into (made
+        again for an executable over a mesh other than the last one's, or after a reset: on one device, every
+        executable takes them alike)."""
+        layouts = executable if executable.mesh is not None else None
+        if self._held is None or self._held[0] is not layouts:
+            self._held = (layouts, self._placed_held(executable))
+        return self._held[1]
+
+    def _placed_held(self, executable: pjrt.Executable) -> list:
+        """The held arguments placed. Weights: copies made once (over a mesh, each device holding its shard only,
+        as ``executable`` takes it); aliases (tied weights) share one copy where the program takes them laid out
+        alike. State: its value after the last call, else a copy of its exported value of its own (each call
+        consumes it)."""
         slots = self.signature.held_inputs
         index = {s.target: i for i, s in enumerate(slots)}
         weights = [s.target for i, s in enumerate(slots) if s.kind != STATE and (
@@ -218,6 +306,7 @@ class StableHLOArtifact:
             self.weights = weights
             self._device_weights.clear()
             self._device_state.clear()
+            self._held = None
         return self
 
     def _require_weights(self, action: str) -> None:

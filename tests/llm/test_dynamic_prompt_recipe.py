@@ -13,7 +13,7 @@ from transformers.integrations.executorch import TorchExportableModuleForDecoder
 
 from torch_stablehlo import export_to_stablehlo
 
-CACHE = 256  # buckets of 128 and 256 keys
+CACHE = 256  # buckets of 64, 128 and 256 keys
 
 
 def _compiled_hlo(artifact) -> str:
