@@ -20,7 +20,7 @@ from ..constants import constant, full_like
 from ..emit.elementwise import compare
 from ..emit.padded import data_dependent_result
 from ..emit.slicing import dim_length, index_value, known_int, slice_bounds, slice_dim, strided_slice, take, wrap_index
-from ..mlir_types import DYNAMIC, tensor_type
+from ..mlir_types import tensor_type
 from ..promotion import convert
 from ..registry import lower
 from ..shapes import broadcast_in_dim, broadcast_to, iota, normalize_dim, normalize_dims, reshape
@@ -49,12 +49,20 @@ def slice_(ctx, x, dim=0, start=None, end=None, step=1):
 
 
 def _padded_slice(ctx, x, dim, start, end, step):
-    """A slice of data-dependent length, held padded to the dim's size (see ``emit.padded``): the window of
-    ``cat(x, x)`` from ``start``, whose first ``end - start`` rows are the slice."""
-    if step != 1 or DYNAMIC in static_shape(x):
-        raise NotImplementedError("a slice with data-dependent bounds needs step 1 and an input of static shape")
-    starts = [index_value(ctx, start) if d == dim else ctx.size_value(0) for d in range(rank(x))]
-    padded = stablehlo.dynamic_slice(stablehlo.concatenate([x, x], dim), starts, static_shape(x))
+    """A slice of data-dependent length, held padded to the dim's size (see ``emit.padded``): ``x`` itself
+    from start 0, else ``x``'s rows from ``start`` on, wrapping around, whose first ``end - start`` are the
+    slice (a gather, so the dims may be symbolic)."""
+    if step != 1:
+        raise NotImplementedError(f"a slice with data-dependent bounds needs step 1, not {step}")
+    if known_int(start) == 0:
+        padded = x
+    else:
+        sizes = list(ctx.arg_meta(0).shape)
+        length = sizes[dim]
+        positions = stablehlo.remainder(
+            stablehlo.add(iota(ctx, [length], 0), broadcast_in_dim(ctx, index_value(ctx, start), [length], [])),
+            broadcast_in_dim(ctx, ctx.size_value(length), [length], []))
+        padded = take(ctx, x, dim, positions, sizes)
     actual = stablehlo.subtract(index_value(ctx, end), index_value(ctx, start))
     result = data_dependent_result(ctx, padded, actual, ctx.out_shape[dim], dim)
     offset = ctx.out_meta.storage_offset()  # export gives the view's offset a data-dependent symbol too
