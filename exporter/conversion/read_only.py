@@ -71,11 +71,14 @@ def untouched(shape_env, what: str = "converting"):
 
 
 def _forced(symbol: sympy.Symbol, value: sympy.Integer, before: ShapeEnvRecords, after: ShapeEnvRecords) -> bool:
-    """Whether ``value`` is the only one the program allows the symbol (its checks force it:
-    ``torch._check(u == 5)``), so replacing the symbol by it specialises nothing: the range it had is ``value``
-    alone; for a data-dependent symbol that the conversion's own retrace made, the range it has (it has no example
-    value that a guard could have picked)."""
+    """Whether ``value`` is the only one the program allows the symbol, so replacing the symbol by it specialises
+    nothing: the range the symbol had is ``value`` alone (the program's checks force it, ``torch._check(u == 5)``).
+    A symbol the decomposition's retrace made is new: a data-dependent one stands for one of the program's (the
+    retrace renames it so), so the range it has must be ``value`` alone; a backed one stands for an int input the
+    program holds constant (its guard pins the new symbol to that constant)."""
     bounds = before.var_to_range.get(symbol)
-    if bounds is None and symbol_is_type(symbol, SymT.UNBACKED_INT):
+    if bounds is None:
+        if not symbol_is_type(symbol, SymT.UNBACKED_INT):
+            return True
         bounds = after.var_to_range.get(symbol)
     return bounds is not None and bounds.lower == bounds.upper == value

@@ -61,3 +61,18 @@ def test_inputs_without_a_serialization_name_are_refused_naming_the_type():
     ep = torch.export.export(TakesDataclass(), (Unnamed(torch.ones(2)),))
     with pytest.raises(ExportError, match=r"test_sizes_and_input_types\.Unnamed, a type with no pytree serialization"):
         export_to_stablehlo(ep)
+
+
+class GridOfSize(torch.nn.Module):
+    """torch's test_size_input: a torch.Size input, whose ints the program holds constant."""
+
+    def forward(self, theta, size):
+        return torch.nn.functional.affine_grid(theta, size, align_corners=False)
+
+
+def test_a_torch_size_input():
+    """The decomposition's retrace gives the Size's ints new symbols and the program's guards pin them to the
+    constants: no specialisation of the program's own symbols, so the conversion goes on."""
+    ep = torch.export.export(GridOfSize(), (torch.ones((1, 2, 3)), torch.Size((1, 3, 4, 5))))
+    theta = torch.tensor([[[0.9, 0.1, 0.2], [-0.3, 1.1, 0.0]]])
+    conformance.check(ep, [((theta, torch.Size((1, 3, 4, 5))), {})], twice=False)
