@@ -7,7 +7,9 @@ beside it (``PaddedDims.bind``):
 
 - in shapes, ``u0`` stands for the padded size: ops on a padded tensor see a static tensor whose first
   ``u0`` rows are the result (the graph lowering lets only ops that keep that true take one, ``keeps_padding``:
-  elementwise and layout ops; any other raises, naming the op);
+  elementwise and layout ops, ``cond`` (its branches are checked op by op), and reductions with an identity,
+  whose operand the walk first fills with that identity past the true sizes, ``padding_filled``; any other
+  raises, naming the op);
 - as a value (``x.shape[0]``, the graph's SymInt arithmetic and asserts), ``u0`` is the true size;
 - a graph output with a ``u0`` dim is returned padded, ``u0`` as an extra result of ``@main``, and the
   artifact slices it to that size (see ``exporter.conversion.signature.data_dependent_sizes``).
@@ -20,10 +22,14 @@ from __future__ import annotations
 import sympy
 import torch
 from jaxlib.mlir import ir
+from jaxlib.mlir.dialects import stablehlo
 from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
+from ..constants import full_like
 from ..shape_values import SymbolicDims
-from ..shapes import dim_size
+from ..shapes import broadcast_in_dim, dim_size, iota
+from .elementwise import compare
+from .extremes import highest, lowest
 from .slicing import slice_dim
 
 aten = torch.ops.aten
@@ -116,10 +122,43 @@ _ALONG_DIM = {aten.cat.default, aten.unbind.int, aten.select.int, aten.squeeze.d
 _GATHERS = {aten.index.Tensor, aten.gather.default}
 
 
+# reductions whose padding rows, filled with the identity (by dtype), leave the result as over the true rows alone
+# (mean and var are not: they divide by the dim's size, which is the padded one in shapes)
+_IDENTITY = {aten.sum.default: lambda dtype: 0, aten.sum.dim_IntList: lambda dtype: 0,
+             aten.prod.default: lambda dtype: 1, aten.prod.dim_int: lambda dtype: 1,
+             aten.amax.default: lowest, aten.amin.default: highest, aten.max.default: lowest,
+             aten.min.default: highest, aten.any.default: lambda dtype: False, aten.any.dim: lambda dtype: False,
+             aten.any.dims: lambda dtype: False, aten.all.default: lambda dtype: True,
+             aten.all.dim: lambda dtype: True, aten.all.dims: lambda dtype: True}
+_CONTROL_FLOW = {torch.ops.higher_order.cond}  # the branches' ops are checked one by one as they are lowered
+
+
+def padding_filled(ctx, value: ir.Value) -> ir.Value:
+    """The operand of a reduction (``ctx.node``, one of ``_IDENTITY``'s) with its elements past the true sizes
+    of its padded dims set to the reduction's identity."""
+    meta = ctx.arg_meta(0)
+    sizes = list(meta.shape)
+    kept = None
+    for dim, size in enumerate(sizes):
+        if isinstance(size, torch.SymInt) and free_unbacked_symbols(size):
+            actual = broadcast_in_dim(ctx, ctx.dims.actual.size(size), sizes, [])
+            inside = compare(iota(ctx, sizes, dim), actual, "LT")
+            kept = inside if kept is None else stablehlo.and_(kept, inside)
+    if kept is None:
+        return value
+    return stablehlo.select(kept, value, full_like(ctx, sizes, _IDENTITY[ctx.node.target](meta.dtype), meta.dtype))
+
+
+def fills_padding(node: torch.fx.Node) -> bool:
+    """Whether ``node`` is a reduction that takes a padded tensor once its padding is filled (``padding_filled``)."""
+    return node.target in _IDENTITY and is_padded(node.args[0])
+
+
 def keeps_padding(node: torch.fx.Node) -> bool:
     """Whether an op on tensors padded along some dims gives its results padded alike (rows in place)."""
     target = node.target
-    if target in _LAYOUT_OPS or torch.Tag.pointwise in getattr(target, "tags", ()):
+    if target in _LAYOUT_OPS or target in _CONTROL_FLOW or target in _IDENTITY \
+            or torch.Tag.pointwise in getattr(target, "tags", ()):
         return True
     if target in _GATHERS:
         return not is_padded(node.args[0])

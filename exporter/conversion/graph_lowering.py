@@ -21,8 +21,9 @@ from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import func
 from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
-from torch_stablehlo.aten_lowerings import (LoweringContext, PaddedDims, is_padded, keeps_padding, lowered_target,
-                                            lowering_for, op_name, per_platform, seeded_key, tensor_type, ValueFacts)
+from torch_stablehlo.aten_lowerings import (LoweringContext, PaddedDims, fills_padding, is_padded, keeps_padding,
+                                            lowered_target, lowering_for, op_name, padding_filled, per_platform,
+                                            seeded_key, tensor_type, ValueFacts)
 from torch_stablehlo.exported_program import STATE
 from torch_stablehlo.stablehlo_ir.refine import ShapeRefinementError, refine_shapes
 from torch_stablehlo.stablehlo_ir.platforms import platform_index_attributes
@@ -211,6 +212,8 @@ class GraphLowering:
             ctx = LoweringContext(node, self.dims, self.lower_graph, self._rng_key if self._seed is not None else None,
                                   mesh=self.signature.mesh, platforms=self.platforms,
                                   platform_index=self._platform_index, facts=self.facts)
+            if self.dims.bound and fills_padding(node):  # a reduction: its padding rows set to its identity
+                args = (padding_filled(ctx, args[0]), *args[1:])
             try:
                 if len(set(rules.values())) == 1:
                     result = next(iter(rules.values()))(ctx, *args, **kwargs)

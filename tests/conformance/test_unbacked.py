@@ -61,3 +61,42 @@ def test_boolean_mask_indexing_is_padded_with_its_true_size():
     ep = torch.export.export(MaskedRows(), (torch.randn(4, 3, 2), torch.rand(4, 3) > 0.5))
     conformance.check(ep, [((torch.randn(4, 3, 2), torch.rand(4, 3) > p), {}) for p in (0.5, 0.0, 1.0)],
                       twice=False)
+
+
+class SumOfItemSize(torch.nn.Module):
+    """torch's test_constrain_size_with_various_cases (its bounded module)."""
+
+    def forward(self, x, y):
+        n = x.item()
+        torch._check_is_size(n)
+        torch._check(n <= 6)
+        return y.sum() + torch.ones(n, 5).sum()
+
+
+class Reductions(torch.nn.Module):
+    def forward(self, x):
+        m, rows = x[x > 0], x.nonzero()
+        return m.amax(), m.amin(), m.prod(), (m > 1).any(), (m > 0).all(), rows.sum(0), rows.max(), m.sum()
+
+
+def test_reductions_over_padded_tensors_fill_the_padding_with_their_identity():
+    ep = torch.export.export(SumOfItemSize(), (torch.tensor(5), torch.randn(4, 5)))
+    conformance.check(ep, [((torch.tensor(n), torch.randn(4, 5)), {}) for n in (5, 0, 6)], twice=False)
+    ep = torch.export.export(Reductions(), (torch.randn(3, 4),))
+    conformance.check(ep, [((torch.randn(3, 4),), {}), ((torch.randn(3, 4).abs() + 0.5,), {})], twice=False)
+
+
+class CondOfPadded(torch.nn.Module):
+    """torch's test_unbacked_to_cond and test_unbacked_to_cond_passthrough in one."""
+
+    def forward(self, a):
+        az = a.nonzero()
+        total = torch.cond(az.size(0) > 3, lambda x: (x + 1).sum(), lambda x: (x + 3).sum(), (az,))
+        rows = torch.cond(az.size(0) > 3, lambda x: x + 1, lambda x: x + 3, (az,))
+        return total * 2, rows * 2
+
+
+def test_cond_takes_and_returns_padded_tensors():
+    ep = torch.export.export(CondOfPadded(), (torch.randn(7),), strict=True)
+    conformance.check(ep, [((a,), {}) for a in (torch.randn(7), torch.tensor([0., 0, 1, 0, 2, 0, 0]), torch.ones(7))],
+                      twice=False)
