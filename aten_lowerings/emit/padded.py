@@ -43,6 +43,10 @@ class PaddedDims(SymbolicDims):
         super().__init__()
         self.actual = SymbolicDims()  # the same input dims; data-dependent symbols -> their true sizes
         self.bound: set[sympy.Symbol] = set()
+        # unbounded ``.item()`` sizes a call gives (by name): the size @main takes for each (``call_time_sizes``),
+        # and the value the graph computes for it, which @main returns for the caller to check
+        self.given: dict[str, ir.Value] = {}
+        self.computed: dict[str, ir.Value] = {}
 
     def bind_input(self, value: ir.Value, sizes) -> None:
         super().bind_input(value, sizes)
@@ -59,6 +63,10 @@ class PaddedDims(SymbolicDims):
         self._cache[symbol] = padded
         self.actual._cache[symbol] = actual
         self.bound.add(symbol)
+
+    def give(self, name: str, argument: ir.Value) -> None:
+        """The size ``name`` a call gives is ``argument``'s dim 0 less its dim 1 (``Signature.call_sizes``)."""
+        self.given[name] = stablehlo.subtract(self.read(argument, 0), self.read(argument, 1))
 
     def knows(self, size) -> bool:
         """Whether ``size`` (a SymInt) is over input dims and bound data-dependent symbols only."""
@@ -85,16 +93,51 @@ def data_dependent_result(ctx, padded: ir.Value, actual: ir.Value, size, dim: in
 def bound_scalar(ctx, value: ir.Value, meta) -> ir.Value:
     """``value`` (0-d i64) is a data-dependent int (``.item()``), ``meta`` its SymInt: where torch knows an upper
     bound for it (``torch._check(n <= 5)``), its symbol is bound, so a tensor of that size is held padded to the
-    bound with ``value`` as its true size (as ``nonzero``'s result is). Without a bound the symbol stays unbound;
-    a size made of it raises naming it (``shape_values``)."""
+    bound with ``value`` as its true size (as ``nonzero``'s result is). Without a bound, a size a call gives
+    (``call_time_sizes``) is that size in shapes and ``value`` as a value; else the symbol stays unbound, and a size
+    made of it raises naming it (``shape_values``)."""
     if not (isinstance(meta, torch.SymInt) and free_unbacked_symbols(meta) and isinstance(meta.node.expr, sympy.Symbol)
             and isinstance(ctx.dims, PaddedDims)):
         return value
+    upper = _upper_bound(meta)
+    if upper is not None:
+        ctx.dims.bind(meta.node.expr, ctx.size_value(upper), value)
+    elif str(meta.node.expr) in ctx.dims.given:
+        ctx.dims.bind(meta.node.expr, ctx.dims.given[str(meta.node.expr)], value)
+        ctx.dims.computed[str(meta.node.expr)] = value
+    return value
+
+
+def _upper_bound(meta: torch.SymInt) -> int | None:
+    """The integer upper bound torch knows for a data-dependent int (None: none, or one over other symbols)."""
     bounds = meta.node.shape_env.bound_sympy(meta.node.expr)  # None where torch records no range for it
     upper = bounds.upper if bounds is not None else None
-    if isinstance(upper, sympy.Integer):
-        ctx.dims.bind(meta.node.expr, ctx.size_value(int(upper)), value)
-    return value
+    return int(upper) if isinstance(upper, sympy.Integer) else None
+
+
+_ITEMS = {aten._local_scalar_dense.default, aten.item.default}
+
+
+def call_time_sizes(graph_module: torch.fx.GraphModule) -> list[sympy.Symbol]:
+    """The sizes a call gives: each symbol a top-graph ``.item()`` makes with no integer upper bound (no padded size
+    can hold it) where some tensor of the graph has it in its shape. @main takes each as the size of an argument
+    (shape refinement then makes it static like an input dim) and returns the value its graph computes for it;
+    the caller runs it again with those values until they agree (``exporter.formats.artifact``)."""
+    in_shapes = set()
+    for module in graph_module.modules():
+        if isinstance(module, torch.fx.GraphModule):
+            for node in module.graph.nodes:
+                meta = node.meta.get("val")
+                for value in meta if isinstance(meta, (list, tuple)) else [meta]:
+                    if isinstance(value, torch.Tensor):
+                        in_shapes |= free_unbacked_symbols(value.shape)
+    symbols = []
+    for node in graph_module.graph.nodes:
+        meta = node.meta.get("val")
+        if node.target in _ITEMS and isinstance(meta, torch.SymInt) and isinstance(meta.node.expr, sympy.Symbol) \
+                and meta.node.expr in in_shapes and meta.node.expr not in symbols and _upper_bound(meta) is None:
+            symbols.append(meta.node.expr)
+    return symbols
 
 
 # -- which ops may take a padded tensor (the graph lowering checks every node) ---------------------------------

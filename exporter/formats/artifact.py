@@ -19,7 +19,7 @@ from torch_stablehlo.stablehlo_ir.dtypes import to_numpy, to_torch, uncarried
 from torch_stablehlo.stablehlo_ir.platforms import for_platform
 
 from . import bundle
-from ..errors import WeightsError
+from ..errors import DimensionError, WeightsError
 from .jax_handoff import to_jax
 from ..autoshard.plan import ShardingPlan
 from ..conversion.calls import check_dims, output_values, tensor_inputs, unflatten_outputs, validate_inputs
@@ -106,17 +106,38 @@ class StableHLOArtifact:
         executables and placed weights taking turns."""
         validate_inputs([slot.tensor for slot in self.signature.user_inputs if slot.tensor is not None], tensors)
         check_dims(self.signature, tensors)  # symbolic dims: in range, and equal where they must be
+        if self.signature.call_sizes:  # no state, no random draws (signature): a run changes nothing
+            return self._execute_sized(tensors)
         one_stream = bool(self.signature.state) or self.signature.takes_rng_seed
         with self._lock if one_stream else contextlib.nullcontext():
-            hosts = [to_numpy(t) for t in tensors + self._seeds()]
-            held = self.signature.held_inputs
-            with self._lock:
-                executable = self._compiled([s.tensor.shape for s in held] + [h.shape for h in hosts])
-                held_arrays = self._held_on_device(executable)
-            arrays = executable.execute(held_arrays + executable.put(hosts, first=len(held)))
-            outputs = self.signature.main_outputs
-            self._device_state.update({outputs[i].target: arrays[i] for i in self.signature.state_results})
-            return arrays
+            return self._run([to_numpy(t) for t in tensors + self._seeds()])
+
+    def _run(self, hosts: list) -> list:
+        """``@main``'s results for the host arrays after the held arguments; the state's new values kept."""
+        held = self.signature.held_inputs
+        with self._lock:
+            executable = self._compiled([s.tensor.shape for s in held] + [h.shape for h in hosts])
+            held_arrays = self._held_on_device(executable)
+        arrays = executable.execute(held_arrays + executable.put(hosts, first=len(held)))
+        outputs = self.signature.main_outputs
+        self._device_state.update({outputs[i].target: arrays[i] for i in self.signature.state_results})
+        return arrays
+
+    def _execute_sized(self, tensors: list[torch.Tensor]) -> list:
+        """``@main``'s results where a call gives sizes read from data (``Signature.call_sizes``): run with sizes 0,
+        then with the sizes that run computed, until the sizes given are those computed (one run more per size
+        that is read from a tensor of another such size)."""
+        names, hosts = self.signature.call_sizes, [to_numpy(t) for t in tensors]
+        first = len(self.signature.main_outputs) + len(self.signature.sizes)  # where @main returns the sizes
+        given = [0] * len(names)
+        for _ in range(len(names) + 1):
+            arrays = self._run(hosts + [np.zeros((max(size, 0), max(-size, 0), 0), np.int8) for size in given])
+            computed = [int(np.asarray(a)) for a in arrays[first:first + len(names)]]
+            if computed == given:
+                return arrays
+            given = computed
+        raise DimensionError(f"the sizes {', '.join(names)} read from tensor data did not settle: "
+                             f"{dict(zip(names, given))} computed last")
 
     @property
     def platforms(self) -> tuple[str, ...]:
@@ -166,7 +187,8 @@ class StableHLOArtifact:
     def _compiled(self, arg_shapes: list) -> pjrt.Executable:
         """The executable for ``@main`` arguments of these shapes: one for a static module; for a dynamic one,
         one per shape signature of the call (the module refined to it; see ``stablehlo_ir.refine``)."""
-        shapes = tuple(tuple(shape) for shape in arg_shapes) if self.signature.is_dynamic else ()
+        dynamic = self.signature.is_dynamic or self.signature.call_sizes
+        shapes = tuple(tuple(shape) for shape in arg_shapes) if dynamic else ()
         if shapes not in self._executables:
             self._executables[shapes] = pjrt.Executable(self.runnable_text(), self.platform,
                                                         arg_shapes=shapes if shapes else None,
@@ -228,7 +250,16 @@ class StableHLOArtifact:
                                f"with artifact.attach_weights('model.safetensors') or "
                                f"load_artifact(path, weights=...)")
 
+    def _require_no_call_sizes(self, action: str) -> None:
+        if self.signature.call_sizes:
+            raise NotImplementedError(
+                f"cannot {action} a program that reads sizes from tensor data with no bound "
+                f"({', '.join(self.signature.call_sizes)}, from .item()): @main takes them as arguments, which only "
+                "this artifact's own call finds (it runs @main until they agree); bound them where they are made "
+                "(torch._check(u <= N)) to hold them padded instead")
+
     def _require_sized_outputs(self, action: str) -> None:
+        self._require_no_call_sizes(action)
         if self.signature.sizes:
             raise NotImplementedError(
                 f"cannot {action} a program whose outputs have data-dependent sizes "
@@ -245,6 +276,7 @@ class StableHLOArtifact:
         Weights go to safetensors shards of at most ``shard_size`` bytes. An existing bundle at
         ``path`` is replaced; anything else there is an error.
         """
+        self._require_no_call_sizes("save a bundle of")
         return bundle.save_bundle(path, self.stablehlo_text, self.signature, self.weights,
                                   target_version=target_version, shard_bytes=shard_size, include_text=include_text)
 
