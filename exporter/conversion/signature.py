@@ -68,7 +68,7 @@ PLATFORM_INDEX_SLOT = InputSlot(PLATFORM_INDEX, PLATFORM_INDEX, None, TensorSpec
 
 CALL_SIZE = "call_size"
 """The kind of ``@main``'s arguments that give a size read from tensor data with no bound (``.item()``): one
-``int8[max(u, 0), max(-u, 0), 0]`` (no elements; ``u`` is dim 0 less dim 1, as a pad may be negative) per such
+``int8[u_above_0, u_below_0, 0]`` (no elements; ``u`` is dim 0 less dim 1, as a pad may be negative) per such
 size ``u``, after the user inputs; ``@main`` returns the value its graph computes for each after everything else,
 and a call is run again with those until they agree (``call_sizes``)."""
 
@@ -305,7 +305,7 @@ def _call_size_slots(ep: torch.export.ExportedProgram, inputs: list[InputSlot]) 
             "runs the program until they are known, which a program that draws random numbers or writes state "
             "cannot do: bound them where they are made (torch._check(u <= N))")
     return [InputSlot(f"size_{symbol}", CALL_SIZE, None,
-                      TensorSpec(f"size_{symbol}", "int8", (f"max({symbol}, 0)", f"max(-{symbol}, 0)", 0)), symbol)
+                      TensorSpec(f"size_{symbol}", "int8", (f"{symbol}_above_0", f"{symbol}_below_0", 0)), symbol)
             for symbol in symbols]
 
 

@@ -115,8 +115,14 @@ def test_leading_dim_reshapes_keep_the_padding():
     assert_matches_eager(lambda x: (torch.nonzero(x).reshape(-1), torch.nonzero(x).view(-1, 1, 2) * 3), x)
 
 
+def test_reductions_with_an_identity_take_padded_tensors():
+    """The padding rows are filled with the reduction's identity first (``emit.padded.padding_filled``)."""
+    assert_matches_eager(lambda x: (torch.nonzero(x).sum(0), x[x > 0].amax(), x[x != 0].prod()),
+                         sparse((3, 4), torch.float32))
+
+
 @pytest.mark.parametrize("function, message", [
-    (lambda x: torch.nonzero(x).sum(), r"aten\.sum\.\w+ at .* takes nonzero, whose size is data-dependent"),
+    (lambda x: torch.nonzero(x).float().mean(), r"aten\.mean\.\w+ at .* takes \w+, whose size is data-dependent"),
     (lambda x: torch.nonzero(x).t().reshape(-1), r"takes \w+, whose size is data-dependent"),
     (lambda x: torch.unique(x)[torch.tensor([-1])], r"takes getitem\w*, whose size is data-dependent"),
     (lambda x: torch.bincount(x.long().flatten()), "bincount's output size is max"),

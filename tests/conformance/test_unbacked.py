@@ -36,10 +36,24 @@ def test_bounded_item_sizes_are_padded_with_their_true_size():
         artifact(torch.tensor(7), torch.arange(2.0))  # eager's check fails too
 
 
-def test_unbounded_item_size_is_refused_naming_the_symbol():
+class UnboundedNoise(torch.nn.Module):
+    def forward(self, x):
+        return torch.randn(x.item())
+
+
+def test_unbounded_item_sizes_are_given_by_the_call(tmp_path):
+    """No padded size can hold them: @main takes each as an argument's size and returns the value it computes;
+    the artifact runs it until they agree. What only the artifact's call can do is refused elsewhere, naming
+    the size."""
     ep = torch.export.export(Unbounded(), (torch.tensor(4),))
-    with pytest.raises(LoweringError, match=r"the size u\d+ is data-dependent .* has no upper bound.*torch._check"):
-        export_to_stablehlo(ep)
+    artifact = export_to_stablehlo(ep)
+    for value in (4, 0, 9):
+        torch.testing.assert_close(artifact(torch.tensor(value)), ep.module()(torch.tensor(value)))
+    with pytest.raises(NotImplementedError, match=r"cannot save a bundle of .* no bound \(u\d+, from .item\(\)\)"):
+        artifact.save(tmp_path / "bundle")
+    assert not (tmp_path / "bundle").exists()
+    with pytest.raises(NotImplementedError, match=r"the sizes u\d+ are read from tensor data .* draws random"):
+        export_to_stablehlo(torch.export.export(UnboundedNoise(), (torch.tensor(4),)))
 
 
 class KthOfItem(torch.nn.Module):
