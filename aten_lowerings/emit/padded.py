@@ -68,6 +68,11 @@ class PaddedDims(SymbolicDims):
         """The size ``name`` a call gives is ``argument``'s dim 0 less its dim 1 (``Signature.call_sizes``)."""
         self.given[name] = stablehlo.subtract(self.read(argument, 0), self.read(argument, 1))
 
+    def exact(self, size) -> bool:
+        """Whether ``size`` (an int or SymInt) holds no padding: its data-dependent symbols are all given by the
+        call (``given``), none padded."""
+        return all(str(s) in self.given for s in free_unbacked_symbols(size))
+
     def knows(self, size) -> bool:
         """Whether ``size`` (a SymInt) is over input dims and bound data-dependent symbols only."""
         return free_unbacked_symbols(size) <= self.bound

@@ -18,7 +18,7 @@ from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
 from ..constants import constant, full_like
 from ..emit.elementwise import compare
-from ..emit.padded import data_dependent_result
+from ..emit.padded import PaddedDims, data_dependent_result
 from ..emit.slicing import dim_length, index_value, known_int, slice_bounds, slice_dim, strided_slice, take, wrap_index
 from ..mlir_types import tensor_type
 from ..promotion import convert
@@ -42,7 +42,8 @@ def _add(ctx, a, b):
 def slice_(ctx, x, dim=0, start=None, end=None, step=1):
     dim = normalize_dim(dim, rank(x))
     start, end = slice_bounds(ctx, start, end, dim_length(ctx, x, dim))
-    if free_unbacked_symbols(ctx.out_shape[dim]) and not free_unbacked_symbols(ctx.arg_meta(0).shape[dim]):
+    if free_unbacked_symbols(ctx.out_shape[dim]) and not free_unbacked_symbols(ctx.arg_meta(0).shape[dim]) \
+            and not (isinstance(ctx.dims, PaddedDims) and ctx.dims.exact(ctx.out_shape[dim])):
         # bounds read from tensor data (tensor_split by a tensor) on a dim of known size
         return _padded_slice(ctx, x, dim, start, end, step)
     return slice_dim(ctx, x, dim, start, end, ctx.out_shape, step)

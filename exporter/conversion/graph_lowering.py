@@ -271,8 +271,8 @@ class GraphLowering:
         if not self.dims.bound:
             return
         padded = []  # sizes a call gives are exact, not padded (``Signature.call_sizes``)
-        torch.fx.node.map_arg((node.args, node.kwargs), lambda a: padded.append(a) if is_padded(a) and any(
-            str(s) not in self.dims.given for s in free_unbacked_symbols(a.meta["val"].shape)) else None)
+        torch.fx.node.map_arg((node.args, node.kwargs), lambda a: padded.append(a) if is_padded(a) and not
+                              self.dims.exact(a.meta["val"].shape) else None)
         if padded and not keeps_padding(node):
             raise LoweringError(
                 f"{name} at {describe(node)} takes {padded[0].name}, whose size is data-dependent "

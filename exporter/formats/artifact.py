@@ -17,6 +17,7 @@ from torch_stablehlo.exported_program import INPUT_UPDATE, STATE, STATE_UPDATE
 from torch_stablehlo.runtime import pjrt
 from torch_stablehlo.stablehlo_ir.dtypes import to_numpy, to_torch, uncarried
 from torch_stablehlo.stablehlo_ir.platforms import for_platform
+from torch_stablehlo.stablehlo_ir.unused import results_only
 
 from . import bundle
 from ..errors import DimensionError, WeightsError
@@ -112,11 +113,12 @@ class StableHLOArtifact:
         with self._lock if one_stream else contextlib.nullcontext():
             return self._run([to_numpy(t) for t in tensors + self._seeds()])
 
-    def _run(self, hosts: list) -> list:
-        """``@main``'s results for the host arrays after the held arguments; the state's new values kept."""
+    def _run(self, hosts: list, sizes_only: bool = False) -> list:
+        """``@main``'s results for the host arrays after the held arguments; the state's new values kept. With
+        ``sizes_only``, the sizes a call gives as computed (``_execute_sized``) and nothing else."""
         held = self.signature.held_inputs
         with self._lock:
-            executable = self._compiled([s.tensor.shape for s in held] + [h.shape for h in hosts])
+            executable = self._compiled([s.tensor.shape for s in held] + [h.shape for h in hosts], sizes_only)
             held_arrays = self._held_on_device(executable)
         arrays = executable.execute(held_arrays + executable.put(hosts, first=len(held)))
         outputs = self.signature.main_outputs
@@ -124,18 +126,19 @@ class StableHLOArtifact:
         return arrays
 
     def _execute_sized(self, tensors: list[torch.Tensor]) -> list:
-        """``@main``'s results where a call gives sizes read from data (``Signature.call_sizes``): run with sizes 0,
-        then with the sizes that run computed, until the sizes given are those computed (one run more per size
-        that is read from a tensor of another such size)."""
+        """``@main``'s results where a call gives sizes read from data (``Signature.call_sizes``): the sizes first,
+        by ``@main`` cut down to computing them (given sizes 0, which only a size read from a tensor of another
+        such size reads), then ``@main`` with the sizes computed, until the sizes given are those it computes."""
         names, hosts = self.signature.call_sizes, [to_numpy(t) for t in tensors]
         first = len(self.signature.main_outputs) + len(self.signature.sizes)  # where @main returns the sizes
-        given = [0] * len(names)
+        given, sizes_only = [0] * len(names), True
         for _ in range(len(names) + 1):
-            arrays = self._run(hosts + [np.zeros((max(size, 0), max(-size, 0), 0), np.int8) for size in given])
-            computed = [int(np.asarray(a)) for a in arrays[first:first + len(names)]]
-            if computed == given:
+            arrays = self._run(hosts + [np.zeros((max(size, 0), max(-size, 0), 0), np.int8) for size in given],
+                               sizes_only)
+            computed = [int(np.asarray(a)) for a in (arrays if sizes_only else arrays[first:first + len(names)])]
+            if computed == given and not sizes_only:
                 return arrays
-            given = computed
+            given, sizes_only = computed, False
         raise DimensionError(f"the sizes {', '.join(names)} read from tensor data did not settle: "
                              f"{dict(zip(names, given))} computed last")
 
@@ -184,16 +187,21 @@ class StableHLOArtifact:
         self._seed += 1
         return [torch.tensor(self._seed - 1, dtype=torch.int64)]
 
-    def _compiled(self, arg_shapes: list) -> pjrt.Executable:
+    def _compiled(self, arg_shapes: list, sizes_only: bool = False) -> pjrt.Executable:
         """The executable for ``@main`` arguments of these shapes: one for a static module; for a dynamic one,
-        one per shape signature of the call (the module refined to it; see ``stablehlo_ir.refine``)."""
+        one per shape signature of the call (the module refined to it; see ``stablehlo_ir.refine``). With
+        ``sizes_only``, of ``@main`` returning only the sizes a call gives."""
         dynamic = self.signature.is_dynamic or self.signature.call_sizes
         shapes = tuple(tuple(shape) for shape in arg_shapes) if dynamic else ()
-        if shapes not in self._executables:
-            self._executables[shapes] = pjrt.Executable(self.runnable_text(), self.platform,
-                                                        arg_shapes=shapes if shapes else None,
-                                                        mesh=self.signature.mesh)
-        return self._executables[shapes]
+        if (shapes, sizes_only) not in self._executables:
+            text = self.runnable_text()
+            if sizes_only:
+                first = len(self.signature.main_outputs) + len(self.signature.sizes)
+                text = results_only(text, range(first, first + len(self.signature.call_sizes)))
+            self._executables[shapes, sizes_only] = pjrt.Executable(text, self.platform,
+                                                                    arg_shapes=shapes if shapes else None,
+                                                                    mesh=self.signature.mesh)
+        return self._executables[shapes, sizes_only]
 
     def _held_on_device(self, executable: pjrt.Executable) -> list:
         """``@main``'s held arguments on the device. Weights: copies made once (over a mesh, each device holding

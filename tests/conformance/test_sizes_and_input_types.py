@@ -9,7 +9,7 @@ import sympy
 import torch
 import torch.utils._pytree as pytree
 from torch.export import Dim
-from torch.utils._sympy.functions import CeilToInt, FloatTrueDiv, FloorToInt, RoundToInt, ToFloat
+from torch.utils._sympy.functions import CeilToInt, FloatTrueDiv, FloorToInt, RoundToInt, ToFloat, TruncToInt
 
 from torch_stablehlo.exporter.errors import ExportError
 from torch_stablehlo.exporter import export_to_stablehlo
@@ -24,6 +24,20 @@ def test_rounded_quotients_are_exact_integer_arithmetic(rounding, python, diviso
     expr = integer_expr(rounding(FloatTrueDiv(ToFloat(s), sympy.Float(divisor))))
     assert not expr.has(rounding, FloatTrueDiv)
     assert [int(expr.subs(s, n)) for n in range(1, 40)] == [python(n / divisor) for n in range(1, 40)]
+
+
+@pytest.mark.parametrize("factor", [0.5, 0.25, 0.1, 2.0, 3.0])
+def test_truncated_products_by_a_float_are_exact_integer_arithmetic(factor):
+    """interpolate's sizes: ``trunc(s * 0.5)`` is ``s // 2`` (a float no smaller than 1 / c divides by c)."""
+    s = sympy.Symbol("s", integer=True, nonnegative=True)
+    expr = integer_expr(TruncToInt(sympy.Float(factor) * ToFloat(s)))
+    assert not expr.has(TruncToInt)
+    assert [int(expr.subs(s, n)) for n in range(200)] == [math.trunc(n * factor) for n in range(200)]
+
+
+def test_a_product_by_a_float_below_its_reciprocal_is_left_as_it_is():
+    s = sympy.Symbol("s", integer=True, nonnegative=True)
+    assert integer_expr(TruncToInt(sympy.Float(1 / 3) * ToFloat(s))).has(TruncToInt)
 
 
 class RoundedSlice(torch.nn.Module):
