@@ -193,15 +193,15 @@ class StableHLOArtifact:
         ``sizes_only``, of ``@main`` returning only the sizes a call gives."""
         dynamic = self.signature.is_dynamic or self.signature.call_sizes
         shapes = tuple(tuple(shape) for shape in arg_shapes) if dynamic else ()
-        if (shapes, sizes_only) not in self._executables:
+        key = ("sizes only", shapes) if sizes_only else shapes
+        if key not in self._executables:
             text = self.runnable_text()
             if sizes_only:
                 first = len(self.signature.main_outputs) + len(self.signature.sizes)
                 text = results_only(text, range(first, first + len(self.signature.call_sizes)))
-            self._executables[shapes, sizes_only] = pjrt.Executable(text, self.platform,
-                                                                    arg_shapes=shapes if shapes else None,
-                                                                    mesh=self.signature.mesh)
-        return self._executables[shapes, sizes_only]
+            self._executables[key] = pjrt.Executable(text, self.platform, arg_shapes=shapes if shapes else None,
+                                                     mesh=self.signature.mesh)
+        return self._executables[key]
 
     def _held_on_device(self, executable: pjrt.Executable) -> list:
         """``@main``'s held arguments on the device. Weights: copies made once (over a mesh, each device holding
