@@ -107,10 +107,21 @@ def bound_scalar(ctx, value: ir.Value, meta) -> ir.Value:
     upper = _upper_bound(meta)
     if upper is not None:
         ctx.dims.bind(meta.node.expr, ctx.size_value(upper), value)
-    elif str(meta.node.expr) in ctx.dims.given:
-        ctx.dims.bind(meta.node.expr, ctx.dims.given[str(meta.node.expr)], value)
-        ctx.dims.computed[str(meta.node.expr)] = value
+    else:
+        given_size(ctx, meta, value)
     return value
+
+
+def given_size(ctx, size, computed: ir.Value) -> bool:
+    """Where ``size`` (a SymInt of one data-dependent symbol) is one the call gives (``call_time_sizes``): bind it
+    (the given size in shapes, ``computed``, 0-d i64, as a value) and record ``computed`` for @main to return.
+    Returns whether it is."""
+    if not (isinstance(size, torch.SymInt) and isinstance(ctx.dims, PaddedDims)
+            and str(size.node.expr) in ctx.dims.given):
+        return False
+    ctx.dims.bind(size.node.expr, ctx.dims.given[str(size.node.expr)], computed)
+    ctx.dims.computed[str(size.node.expr)] = computed
+    return True
 
 
 def _upper_bound(meta: torch.SymInt) -> int | None:
@@ -121,11 +132,12 @@ def _upper_bound(meta: torch.SymInt) -> int | None:
 
 
 _ITEMS = {aten._local_scalar_dense.default, aten.item.default}
+_SIZED_BY_DATA = {aten.bincount.default, aten.repeat_interleave.Tensor}  # ops whose result's dim 0 is such a size
 
 
 def call_time_sizes(graph_module: torch.fx.GraphModule) -> list[sympy.Symbol]:
-    """The sizes a call gives: each symbol a top-graph ``.item()`` makes with no integer upper bound (no padded size
-    can hold it) where some tensor of the graph has it in its shape. @main takes each as the size of an argument
+    """The sizes a call gives: each symbol a top-graph ``.item()`` (or ``bincount``, ``repeat_interleave``) makes
+    with no integer upper bound (no padded size can hold it) where some tensor of the graph has it in its shape. @main takes each as the size of an argument
     (shape refinement then makes it static like an input dim) and returns the value its graph computes for it;
     the caller runs it again with those values until they agree (``exporter.formats.artifact``)."""
     in_shapes = set()
@@ -139,9 +151,11 @@ def call_time_sizes(graph_module: torch.fx.GraphModule) -> list[sympy.Symbol]:
     symbols = []
     for node in graph_module.graph.nodes:
         meta = node.meta.get("val")
-        if node.target in _ITEMS and isinstance(meta, torch.SymInt) and isinstance(meta.node.expr, sympy.Symbol) \
-                and meta.node.expr in in_shapes and meta.node.expr not in symbols and _upper_bound(meta) is None:
-            symbols.append(meta.node.expr)
+        size = meta if node.target in _ITEMS else meta.shape[0] if node.target in _SIZED_BY_DATA else None
+        if isinstance(size, torch.SymInt) and isinstance(size.node.expr, sympy.Symbol) \
+                and free_unbacked_symbols(size) and size.node.expr in in_shapes and size.node.expr not in symbols \
+                and _upper_bound(size) is None:
+            symbols.append(size.node.expr)
     return symbols
 
 
