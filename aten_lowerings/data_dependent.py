@@ -162,8 +162,15 @@ def repeat_interleave(ctx, repeats, *, output_size=None):
     pinned = size if isinstance(size, int) else size.node.maybe_as_int()
     if isinstance(pinned, int) and isinstance(length, int) and (pinned == 0 or length == 0):
         return full_like(ctx, [pinned], 0, torch.int64)
-    (ends,) = scan([convert(repeats, torch.int64)], [0], 0, lambda a, b: [stablehlo.add(a, b)])
-    if pinned is None and not given_size(ctx, size, reduce(ctx, convert(repeats, torch.int64), [0], 0, stablehlo.add)):
+    counts = convert(repeats, torch.int64)
+    if isinstance(length, int):
+        (ends,) = scan([counts], [0], 0, lambda a, b: [stablehlo.add(a, b)])
+    else:  # a scan's window needs a static length: each end sums the counts up to it
+        square = [length, length]
+        upto = compare(iota(ctx, square, 1), iota(ctx, square, 0), "LE")
+        ends = reduce(ctx, stablehlo.select(upto, broadcast_in_dim(ctx, counts, square, [1]),
+                                            full_like(ctx, square, 0, torch.int64)), [1], 0, stablehlo.add)
+    if pinned is None and not given_size(ctx, size, reduce(ctx, counts, [0], 0, stablehlo.add)):
         raise NotImplementedError(
             "repeat_interleave's output size is the sum of the repeats, data-dependent and unbounded; pass "
             "output_size=N (the known total) so the output has a static size")
