@@ -160,6 +160,13 @@ class Signature:
         return [s.value for s in self.inputs if s.kind == CALL_SIZE]
 
     @property
+    def call_size_results(self) -> range:
+        """The positions among ``@main``'s results of the values it computes for ``call_sizes``: after the outputs
+        and their data-dependent sizes."""
+        first = len(self.main_outputs) + len(self.sizes)
+        return range(first, first + len(self.call_sizes))
+
+    @property
     def takes_rng_seed(self) -> bool:
         """Whether ``@main`` ends with the ``rng_seed`` argument (the program draws random numbers)."""
         return any(s.kind == RNG_SEED for s in self.inputs)
@@ -301,9 +308,9 @@ def _call_size_slots(ep: torch.export.ExportedProgram, inputs: list[InputSlot]) 
     symbols = [str(s) for s in call_time_sizes(ep.graph_module)]
     if symbols and (uses_random(ep.graph_module) or any(s.kind == STATE for s in inputs)):
         raise NotImplementedError(
-            f"the sizes {', '.join(symbols)} are read from tensor data (.item()) with no upper bound, so a call "
-            "runs the program until they are known, which a program that draws random numbers or writes state "
-            "cannot do: bound them where they are made (torch._check(u <= N))")
+            f"the sizes {', '.join(symbols)} are read from tensor data (.item(), bincount, repeat_interleave) with "
+            "no upper bound, so a call runs the program until they are known, which a program that draws random "
+            "numbers or writes state cannot do: bound them where they are made (torch._check(u <= N))")
     return [InputSlot(f"size_{symbol}", CALL_SIZE, None,
                       TensorSpec(f"size_{symbol}", "int8", (f"{symbol}_above_0", f"{symbol}_below_0", 0)), symbol)
             for symbol in symbols]

@@ -130,12 +130,12 @@ class StableHLOArtifact:
         by ``@main`` cut down to computing them (given sizes 0, which only a size read from a tensor of another
         such size reads), then ``@main`` with the sizes computed, until the sizes given are those it computes."""
         names, hosts = self.signature.call_sizes, [to_numpy(t) for t in tensors]
-        first = len(self.signature.main_outputs) + len(self.signature.sizes)  # where @main returns the sizes
+        positions = self.signature.call_size_results
         given, sizes_only = [0] * len(names), True
         for _ in range(len(names) + 1):
             arrays = self._run(hosts + [np.zeros((max(size, 0), max(-size, 0), 0), np.int8) for size in given],
                                sizes_only)
-            computed = [int(np.asarray(a)) for a in (arrays if sizes_only else arrays[first:first + len(names)])]
+            computed = [int(np.asarray(arrays[i if not sizes_only else n])) for n, i in enumerate(positions)]
             if computed == given and not sizes_only:
                 return arrays
             given, sizes_only = computed, False
@@ -197,8 +197,7 @@ class StableHLOArtifact:
         if key not in self._executables:
             text = self.runnable_text()
             if sizes_only:
-                first = len(self.signature.main_outputs) + len(self.signature.sizes)
-                text = results_only(text, range(first, first + len(self.signature.call_sizes)))
+                text = results_only(text, self.signature.call_size_results)
             self._executables[key] = pjrt.Executable(text, self.platform, arg_shapes=shapes if shapes else None,
                                                      mesh=self.signature.mesh)
         return self._executables[key]
@@ -262,9 +261,9 @@ class StableHLOArtifact:
         if self.signature.call_sizes:
             raise NotImplementedError(
                 f"cannot {action} a program that reads sizes from tensor data with no bound "
-                f"({', '.join(self.signature.call_sizes)}, from .item()): @main takes them as arguments, which only "
-                "this artifact's own call finds (it runs @main until they agree); bound them where they are made "
-                "(torch._check(u <= N)) to hold them padded instead")
+                f"({', '.join(self.signature.call_sizes)}, from .item(), bincount, repeat_interleave): @main takes "
+                "them as arguments, which only this artifact's own call finds (it runs @main until they agree); "
+                "bound them where they are made (torch._check(u <= N)) to hold them padded instead")
 
     def _require_sized_outputs(self, action: str) -> None:
         self._require_no_call_sizes(action)
