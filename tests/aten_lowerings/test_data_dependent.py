@@ -115,6 +115,7 @@ def test_leading_dim_reshapes_keep_the_padding():
     assert_matches_eager(lambda x: (torch.nonzero(x).reshape(-1), torch.nonzero(x).view(-1, 1, 2) * 3), x)
 
 
+@pytest.mark.full_sweep_only  # make test samples sizes given by the call in tests/conformance/test_unbacked.py
 def test_bincount_and_repeat_interleave_sizes_are_given_by_the_call():
     """Sizes with no bound (``emit.padded.call_time_sizes``): the artifact finds them first, then runs with them."""
     assert_matches_eager(lambda x: (torch.bincount(x), torch.bincount(x, x.double(), 9), torch.repeat_interleave(x)),

@@ -1,5 +1,6 @@
 """Slices whose bounds are read from data (a ``cond``'s int result, ``.item()``) are ``dynamic_slice``s once their
 sizes are known: XLA has no ``real_dynamic_slice`` (such programs once converted and then failed to compile)."""
+import pytest
 import torch
 from torch.export import Dim
 
@@ -55,6 +56,7 @@ class SplitByTensor(torch.nn.Module):
         return torch.tensor_split(x, s, dim=0)
 
 
+@pytest.mark.full_sweep_only  # compiles per call; make test has the windows test
 def test_data_dependent_slices_of_a_dynamic_dim_are_held_padded():
     """Padded to the input dim's own (symbolic) size: the input from start 0, else its rows from the start on
     (a gather), their true sizes beside them."""

@@ -4,6 +4,7 @@ several sizes, and by what a seed reproduces; multinomial with dynamic weights a
 ``test_multinomial_dynamic``) and randn of a bounded ``.item()`` size (``test_export_with_inline_constraints``)."""
 import math
 
+import pytest
 import torch
 from torch.export import Dim
 
@@ -16,6 +17,7 @@ class DynamicNoise(torch.nn.Module):
         return torch.randn(x.shape[0], 3) + x[:, None] * 0, torch.rand_like(x)
 
 
+@pytest.mark.full_sweep_only  # make test samples this with test_random's randperm of a symbolic size
 def test_random_tensors_of_a_dynamic_size():
     artifact = export_to_stablehlo(torch.export.export(DynamicNoise(), (torch.zeros(5),),
                                                        dynamic_shapes={"x": (Dim("n"),)}))
@@ -38,6 +40,7 @@ class Multinomial(torch.nn.Module):
         return torch.multinomial(x, y.shape[0])
 
 
+@pytest.mark.full_sweep_only  # make test samples this with test_random's randperm of a symbolic size
 def test_multinomial_of_dynamic_sizes():
     weights = torch.tensor([[0.0, 10, 3, 0], [1, 0, 0, 2]])
     ep = torch.export.export(Multinomial(), (weights, torch.ones(2)),
@@ -58,6 +61,7 @@ class NoiseOfItemSize(torch.nn.Module):
         return torch.cat((torch.randn((a, 4)).transpose(0, 1), torch.zeros(6, a)), 0)
 
 
+@pytest.mark.full_sweep_only  # make test samples this with test_random's randperm of a symbolic size
 def test_random_tensor_of_a_bounded_item_size():
     ep = torch.export.export(NoiseOfItemSize(), (torch.tensor([6]),))
     artifact = conformance.convert_read_only(ep, twice=False)

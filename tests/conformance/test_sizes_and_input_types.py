@@ -84,6 +84,7 @@ class GridOfSize(torch.nn.Module):
         return torch.nn.functional.affine_grid(theta, size, align_corners=False)
 
 
+@pytest.mark.full_sweep_only  # make test samples the read-only check with test_scalar_inputs' forced value
 def test_a_torch_size_input():
     """The decomposition's retrace gives the Size's ints new symbols and the program's guards pin them to the
     constants: no specialisation of the program's own symbols, so the conversion goes on."""

@@ -1,6 +1,7 @@
 """Ops whose sizes are symbolic where their tables were once built at conversion time: upsampling (its taps;
 PyTorch's ``test_solver_unsupported_sympy_function``) and ``nonzero_static`` of a dynamic input to a dynamic size
 (``test_mask_nonzero_static``), checked against ``ep.module()`` at several sizes."""
+import pytest
 import torch
 from torch.export import Dim
 
@@ -18,6 +19,7 @@ class Coordinates(torch.nn.Module):
         return torch.nonzero_static(x, size=e.shape[0], fill_value=-7)
 
 
+@pytest.mark.full_sweep_only  # compiles per size
 def test_nonzero_static_of_symbolic_sizes():
     ep = torch.export.export(MaskedRows(), (torch.randn(5, 5), torch.ones(5, 5, dtype=torch.bool), torch.randn(25)),
                              dynamic_shapes=((Dim("batch"), None), (Dim("batch"), None), (Dim("e", max=100),)))
@@ -45,6 +47,7 @@ class Resized(torch.nn.Module):
                 torch.nn.functional.interpolate(x, size=size, mode="nearest"))
 
 
+@pytest.mark.full_sweep_only  # compiles per size
 def test_upsampling_of_symbolic_spatial_sizes():
     """The taps computed in the module; out == in and nearest's out == 2 * in are torch's special cases."""
     auto = Dim.AUTO

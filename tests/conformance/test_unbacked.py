@@ -93,6 +93,7 @@ class Reductions(torch.nn.Module):
         return m.amax(), m.amin(), m.prod(), (m > 1).any(), (m > 0).all(), rows.sum(0), rows.max(), m.sum()
 
 
+@pytest.mark.full_sweep_only  # make test has test_data_dependent's reductions
 def test_reductions_over_padded_tensors_fill_the_padding_with_their_identity():
     ep = torch.export.export(SumOfItemSize(), (torch.tensor(5), torch.randn(4, 5)))
     conformance.check(ep, [((torch.tensor(n), torch.randn(4, 5)), {}) for n in (5, 0, 6)], twice=False)
@@ -110,6 +111,7 @@ class CondOfPadded(torch.nn.Module):
         return total * 2, rows * 2
 
 
+@pytest.mark.full_sweep_only  # make test samples padded tensors with the reductions test
 def test_cond_takes_and_returns_padded_tensors():
     ep = torch.export.export(CondOfPadded(), (torch.randn(7),), strict=True)
     conformance.check(ep, [((a,), {}) for a in (torch.randn(7), torch.tensor([0., 0, 1, 0, 2, 0, 0]), torch.ones(7))],
