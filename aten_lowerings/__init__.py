@@ -21,7 +21,7 @@ from . import (  # noqa: F401  (each import registers its rules)
     sorting,
     traced_kernels,
 )
-from .emit.padded import PaddedDims, is_padded, keeps_padding
+from .emit.padded import PaddedDims, call_time_sizes, fills_padding, is_padded, keeps_padding, padding_filled
 from .emit.random_bits import RANDOM_OPS, RNG_SEED_DTYPE, RNG_SEED_NAME, seeded_key, uses_random
 from .composite_marks import COMPOSITE_CALL, MARK as COMPOSITE_MARK
 from .constants import constant
@@ -35,6 +35,7 @@ from .user_ops import USER_FUNCTIONS, UserRule, jax_rule, lowered_target
 from .sharding_marks import mark_sharding, spec_of
 
 __all__ = ["LOWERINGS", "lower", "lowering_for", "op_name", "LoweringContext", "ValueFacts", "tensor_type", "PaddedDims",
-           "is_padded", "keeps_padding", "RANDOM_OPS", "RNG_SEED_NAME", "RNG_SEED_DTYPE", "seeded_key", "uses_random",
+           "is_padded", "keeps_padding", "fills_padding", "padding_filled", "call_time_sizes", "RANDOM_OPS",
+           "RNG_SEED_NAME", "RNG_SEED_DTYPE", "seeded_key", "uses_random",
            "mark_sharding", "spec_of", "constant", "while_loop", "USER_LOWERINGS", "scoped_user_lowerings", "jax_rule",
            "UserRule", "lowered_target", "COMPOSITE_CALL", "COMPOSITE_MARK", "USER_FUNCTIONS", "per_platform"]

@@ -10,7 +10,8 @@ are forgotten on leaving it (``SymbolicDims.scope``), so none is used where it d
 
 Branches must return the same shapes and dtypes, and a loop must keep those of what it carries: where they
 differ (torch.export then gives the result a data-dependent size) the rule raises, and the graph walker names
-the op and its source line.
+the op and its source line. A ``cond`` of padded operands (``emit.padded``) may return them padded: each branch
+returns the true sizes beside its results, and the result's data-dependent size is bound to the one taken.
 """
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from torch_stablehlo.stablehlo_ir.dtypes import SCALAR_DTYPES
 from .constants import constant, full_like
 from .emit.elementwise import compare
 from .emit.loops import while_loop as emit_while
+from .emit.padded import PaddedDims, data_dependent_result
 from .mlir_types import mlir_shape, tensor_type
 from .promotion import convert
 from .registry import lower
@@ -44,11 +46,30 @@ def cond(ctx, pred, true_graph, false_graph, operands):
                          f"and {', '.join(false_outputs)}); stablehlo.if needs them equal")
     if isinstance(pred, bool):
         return tuple(ctx.lower_graph(true_graph if pred else false_graph, operands))
-    op = stablehlo.IfOp(_result_types(ctx, "torch.cond"), _predicate(ctx, pred))
+    padded = _padded_dims(ctx)
+    op = stablehlo.IfOp(_result_types(ctx, "torch.cond", padded_ok=bool(padded)) + [tensor_type([], torch.int64)]
+                        * len(padded), _predicate(ctx, pred))
     for region, graph in ((op.true_branch, true_graph), (op.false_branch, false_graph)):
         with ir.InsertionPoint(region.blocks.append()), ctx.dims.scope():
-            stablehlo.return_([_as_value(v) for v in ctx.lower_graph(graph, operands)])
-    return tuple(op.results)
+            sizes = [_metas(graph)[i].shape[dim] for i, dim in padded]
+            if not all(ctx.dims.knows(size) for size in sizes):
+                raise ValueError("a branch of torch.cond returns a tensor of data-dependent shape that is not one "
+                                 "of its operands' padded sizes; StableHLO's control flow needs one shape")
+            true_sizes = [ctx.dims.actual.size(size) for size in sizes]
+            stablehlo.return_([_as_value(v) for v in ctx.lower_graph(graph, operands)] + true_sizes)
+    results = list(op.results)
+    for (i, dim), actual in zip(padded, results[len(results) - len(padded):]):
+        results[i] = data_dependent_result(ctx, results[i], actual, ctx.out_meta[i].shape[dim], dim)
+    return tuple(results[:len(results) - len(padded)])
+
+
+def _padded_dims(ctx) -> list[tuple[int, int]]:
+    """(result, dim) of each data-dependent dim of the node's results, where its operands are padded (the walk's
+    dims are ``PaddedDims``): the branches return padded tensors, and their true sizes beside them."""
+    if not isinstance(ctx.dims, PaddedDims) or not ctx.dims.bound:
+        return []
+    return [(i, dim) for i, meta in enumerate(ctx.out_meta) if isinstance(meta, torch.Tensor)
+            for dim, size in enumerate(meta.shape) if isinstance(size, torch.SymInt) and free_unbacked_symbols(size)]
 
 
 @lower(higher_order.while_loop)
@@ -157,14 +178,14 @@ def _carried(outputs, values, where: str) -> list:
     return outputs
 
 
-def _result_types(ctx, op_name: str) -> list[ir.Type]:
+def _result_types(ctx, op_name: str, padded_ok: bool = False) -> list[ir.Type]:
     """The node's result types; raises where torch.export gave a tensor result a data-dependent size (its
-    branches or steps disagree on a shape)."""
+    branches or steps disagree on a shape), unless ``padded_ok`` (a ``cond`` of padded operands)."""
     types = []
     for meta in ctx.out_meta:
         if not isinstance(meta, torch.Tensor):
             types.append(tensor_type([], SCALAR_DTYPES[type(meta)]))
-        elif free_unbacked_symbols(meta.shape):
+        elif free_unbacked_symbols(meta.shape) and not padded_ok:
             raise ValueError(f"{op_name} returns a tensor of data-dependent shape {list(meta.shape)} (its branches "
                              "or steps give different shapes); StableHLO's control flow needs one shape")
         else:
@@ -172,9 +193,14 @@ def _result_types(ctx, op_name: str) -> list[ir.Type]:
     return types
 
 
+def _metas(graph: torch.fx.GraphModule) -> list:
+    """The metas (or constants) a nested graph returns."""
+    output = next(n for n in reversed(graph.graph.nodes) if n.op == "output")
+    return [a.meta.get("val") if isinstance(a, torch.fx.Node) else a for a in output.args[0]]
+
+
 def _outputs(graph: torch.fx.GraphModule) -> list[str]:
     """The dtypes and shapes a nested graph returns, e.g. ``float32[s0, 4]``."""
-    output = next(n for n in reversed(graph.graph.nodes) if n.op == "output")
-    metas = [a.meta.get("val") if isinstance(a, torch.fx.Node) else a for a in output.args[0]]
+    metas = _metas(graph)
     return [f"{str(m.dtype).removeprefix('torch.')}{list(m.shape)}" if isinstance(m, torch.Tensor)
             else type(m).__name__ for m in metas]

@@ -1,6 +1,6 @@
 """Ops whose output size depends on the data: nonzero (and argwhere), masked_select, unique (``_unique2``),
-unique_consecutive; and the ones with no static bound, which raise (repeat_interleave without output_size,
-bincount).
+unique_consecutive; and the ones with no static bound (repeat_interleave without output_size, bincount), whose
+size the call gives (``emit.padded.call_time_sizes``).
 
 Each result is padded to its static upper bound (nonzero's is the input's element count), its true size beside
 it (``emit.padded``). The padding rows hold valid values (index 0 for nonzero's coordinates, elements of the
@@ -18,9 +18,9 @@ from jaxlib.mlir.dialects import stablehlo
 from .constants import constant, full_like
 from .emit.elementwise import compare
 from .emit.index_plans import IndexPlan, gather_plan, scatter_plan
-from .emit.padded import data_dependent_result
+from .emit.padded import data_dependent_result, given_size
 from .emit.reduce import reduce, scan
-from .emit.slicing import slice_dim
+from .emit.slicing import index_value, slice_dim
 from .emit.sort import sort_with_indices, true_first
 from .promotion import convert
 from .registry import lower
@@ -156,32 +156,47 @@ def unique_consecutive(ctx, x, return_inverse=False, return_counts=False, dim=No
 
 @lower(aten.repeat_interleave.Tensor)
 def repeat_interleave(ctx, repeats, *, output_size=None):
-    """``repeat_interleave(repeats)``: index i repeated repeats[i] times. Needs a static ``output_size``:
-    the sum of the repeats has no bound a padded result could take."""
-    size = ctx.out_shape[0]
+    """``repeat_interleave(repeats)``: index i repeated repeats[i] times. The output size is ``output_size``, or
+    the sum of the repeats, which has no bound: a size the call gives (``emit.padded.given_size``)."""
+    size, length = ctx.out_shape[0], ctx.arg_meta(0).shape[0]
     pinned = size if isinstance(size, int) else size.node.maybe_as_int()
-    if pinned is None:
+    if isinstance(pinned, int) and isinstance(length, int) and (pinned == 0 or length == 0):
+        return full_like(ctx, [pinned], 0, torch.int64)
+    counts = convert(repeats, torch.int64)
+    if isinstance(length, int):
+        (ends,) = scan([counts], [0], 0, lambda a, b: [stablehlo.add(a, b)])
+    else:  # a scan's window needs a static length: each end sums the counts up to it
+        square = [length, length]
+        upto = compare(iota(ctx, square, 1), iota(ctx, square, 0), "LE")
+        ends = reduce(ctx, stablehlo.select(upto, broadcast_in_dim(ctx, counts, square, [1]),
+                                            full_like(ctx, square, 0, torch.int64)), [1], 0, stablehlo.add)
+    if pinned is None and not given_size(ctx, size, reduce(ctx, counts, [0], 0, stablehlo.add)):
         raise NotImplementedError(
             "repeat_interleave's output size is the sum of the repeats, data-dependent and unbounded; pass "
             "output_size=N (the known total) so the output has a static size")
-    length = ctx.arg_meta(0).shape[0]
-    if not isinstance(length, int):
-        raise NotImplementedError("repeat_interleave of repeats with a symbolic length")
-    if pinned == 0 or length == 0:
-        return full_like(ctx, [pinned], 0, torch.int64)
-    (ends,) = scan([convert(repeats, torch.int64)], [0], 0, lambda a, b: [stablehlo.add(a, b)])
     # output i takes the index of the first run ending after i: how many runs end at or before i
-    grid_ends = stablehlo.broadcast_in_dim(ir.RankedTensorType.get([pinned, length], ir.IntegerType.get_signless(64)),
-                                           ends, [1])
-    positions = iota(ctx, [pinned, length], 0)
-    ended = convert(compare(grid_ends, positions, "LE"), torch.int64)
+    grid = [size, length]
+    ended = convert(compare(broadcast_in_dim(ctx, ends, grid, [1]), iota(ctx, grid, 0), "LE"), torch.int64)
     index = reduce(ctx, ended, [1], 0, stablehlo.add)
-    return stablehlo.clamp(constant(0, torch.int64), index, constant(length - 1, torch.int64))
+    last = stablehlo.subtract(ctx.size_value(length), ctx.size_value(1))
+    return stablehlo.clamp(ctx.size_value(0), index, last)
 
 
 @lower(aten.bincount.default)
 def bincount(ctx, x, weights=None, minlength=0):
-    raise NotImplementedError(
-        "bincount's output size is max(x) + 1, data-dependent and unbounded, so no padded result can hold it; "
-        "for values known to lie in [0, N), count with torch.zeros(N).scatter_add_(0, x, weights) or "
-        "torch.nn.functional.one_hot(x, N).sum(0)")
+    """How many times (or with what summed weight) each value in [0, n) occurs in ``x``, n = max(max(x) + 1,
+    minlength): a size with no bound that the call gives (``emit.padded.given_size``); every value is compared
+    with every element at once."""
+    size, length = ctx.out_shape[0], ctx.arg_meta(0).shape[0]
+    values = convert(x, torch.int64)
+    highest = stablehlo.add(reduce(ctx, values, [0], -1, stablehlo.maximum), ctx.size_value(1))
+    if not given_size(ctx, size, stablehlo.maximum(highest, index_value(ctx, minlength))):
+        raise NotImplementedError(
+            "bincount's output size is max(x) + 1, data-dependent and unbounded, so no padded result can hold it; "
+            "for values known to lie in [0, N), count with torch.zeros(N).scatter_add_(0, x, weights) or "
+            "torch.nn.functional.one_hot(x, N).sum(0)")
+    grid = [size, length]
+    hits = compare(iota(ctx, grid, 0), broadcast_in_dim(ctx, values, grid, [1]), "EQ")
+    counted = full_like(ctx, grid, 1, ctx.out_dtype) if weights is None else \
+        broadcast_in_dim(ctx, convert(weights, ctx.out_dtype), grid, [1])
+    return reduce(ctx, stablehlo.select(hits, counted, full_like(ctx, grid, 0, ctx.out_dtype)), [1], 0, stablehlo.add)

@@ -200,13 +200,14 @@ def geometric(ctx, x, p, *, generator=None):
 
 @lower(aten.multinomial.default)
 def multinomial(ctx, weights, num_samples, replacement=False, *, generator=None):
-    """Category indices drawn with probabilities proportional to the (non-negative) rows of ``weights``."""
+    """Category indices drawn with probabilities proportional to the (non-negative) rows of ``weights``. Sizes
+    come from the metas (``num_samples`` may be a SymInt, here a value)."""
     sizes = list(ctx.arg_meta(0).shape)
     rows = [1] if len(sizes) == 1 else sizes[:1]
     dtype = torch.float64 if ctx.arg_meta(0).dtype == torch.float64 else torch.float32
     table = reshape(ctx, convert(weights, dtype), rows + sizes[-1:])
     draw = _with_replacement if replacement else _without_replacement
-    return reshape(ctx, draw(ctx, table, rows[0], sizes[-1], num_samples, dtype), ctx.out_shape)
+    return reshape(ctx, draw(ctx, table, rows[0], sizes[-1], ctx.out_shape[-1], dtype), ctx.out_shape)
 
 
 def _with_replacement(ctx, table, rows: int, n: int, count: int, dtype):
@@ -219,7 +220,7 @@ def _with_replacement(ctx, table, rows: int, n: int, count: int, dtype):
     below = compare(broadcast_in_dim(ctx, cumulative, grid, [0, 2]), broadcast_in_dim(ctx, targets, grid, [0, 1]),
                     "LE")
     index = reduce(ctx, convert(below, torch.int64), [2], 0, stablehlo.add)
-    return stablehlo.minimum(index, full_like(ctx, [rows, count], n - 1, torch.int64))
+    return stablehlo.minimum(index, broadcast_in_dim(ctx, ctx.size_value(n - 1), [rows, count], []))
 
 
 def _without_replacement(ctx, table, rows: int, n: int, count: int, dtype):

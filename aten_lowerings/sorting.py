@@ -18,7 +18,7 @@ from .constants import constant, full_like
 from .emit.elementwise import as_tensor, compare
 from .emit.index_plans import IndexPlan, along_dim_plan, gather_plan, scatter_plan
 from .emit.reduce import arg_extreme, reduce, scan
-from .emit.slicing import slice_dim
+from .emit.slicing import slice_dim, take
 from .emit.sort import sort_with_indices, true_first
 from .promotion import convert, promoted_dtype
 from .registry import lower
@@ -224,15 +224,18 @@ def masked_scatter(ctx, x, mask, source):
 
 @lower(aten.nonzero_static.default)
 def nonzero_static(ctx, x, *, size, fill_value=-1):
-    """The first ``size`` coordinates of nonzero elements, padded with rows of ``fill_value``."""
-    sizes = list(ctx.arg_meta(0).shape)
+    """The first ``size`` coordinates of nonzero elements, padded with rows of ``fill_value``. Sizes come from the
+    metas (the input's and ``size`` may be symbolic)."""
+    sizes, size = list(ctx.arg_meta(0).shape), ctx.out_shape[0]
     count = math.prod(sizes)
-    if not all(isinstance(s, int) for s in sizes):
-        raise NotImplementedError("nonzero_static of a tensor with symbolic sizes")
     nonzero = compare(x, full_like(ctx, sizes, 0, dtype_of(x)), "NE") if dtype_of(x) != torch.bool else x
     flat = reshape(ctx, nonzero, [count])
     order = true_first(ctx, flat, count)
-    if size > count:
+    if not (isinstance(size, int) and isinstance(count, int)):  # rows past the elements are masked below
+        last = stablehlo.maximum(stablehlo.subtract(ctx.size_value(count), ctx.size_value(1)), ctx.size_value(0))
+        rows = stablehlo.clamp(ctx.size_value(0), iota(ctx, [size], 0), broadcast_in_dim(ctx, last, [size], []))
+        order = take(ctx, order, 0, rows, [size])
+    elif size > count:
         zero = constant(0, torch.int64)
         order = stablehlo.pad(order, zero, [0], [size - count], [0])
     else:
@@ -241,8 +244,8 @@ def nonzero_static(ctx, x, *, size, fill_value=-1):
     kept = compare(iota(ctx, [size], 0), broadcast_in_dim(ctx, found, [size], []), "LT")
     columns = []
     for dim, stride in enumerate(_strides(sizes)):
-        coordinate = stablehlo.remainder(stablehlo.divide(order, full_like(ctx, [size], stride, torch.int64)),
-                                         full_like(ctx, [size], sizes[dim], torch.int64))
+        stride, length = (broadcast_in_dim(ctx, ctx.size_value(n), [size], []) for n in (stride, sizes[dim]))
+        coordinate = stablehlo.remainder(stablehlo.divide(order, stride), length)
         coordinate = stablehlo.select(kept, coordinate, full_like(ctx, [size], fill_value, torch.int64))
         columns.append(reshape(ctx, coordinate, [size, 1]))
     if not columns:

@@ -98,10 +98,11 @@ def sign_quant_storage(module: ir.Module) -> None:
             if signed is not None:
                 value.set_type(signed)
         for function in ops_where(module, lambda op: op.name == "func.func"):
-            _refresh_function_type(function)
+            refresh_function_type(function)
 
 
-def _refresh_function_type(function) -> None:
+def refresh_function_type(function) -> None:
+    """``function``'s type from its entry block's arguments and what its return returns."""
     entry = function.regions[0].blocks[0]
     returned = [op for op in entry.operations if op.name == "func.return"][0]
     function.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get(

@@ -7,7 +7,9 @@ beside it (``PaddedDims.bind``):
 
 - in shapes, ``u0`` stands for the padded size: ops on a padded tensor see a static tensor whose first
   ``u0`` rows are the result (the graph lowering lets only ops that keep that true take one, ``keeps_padding``:
-  elementwise and layout ops; any other raises, naming the op);
+  elementwise and layout ops, ``cond`` (its branches are checked op by op), and reductions with an identity,
+  whose operand the walk first fills with that identity past the true sizes, ``padding_filled``; any other
+  raises, naming the op);
 - as a value (``x.shape[0]``, the graph's SymInt arithmetic and asserts), ``u0`` is the true size;
 - a graph output with a ``u0`` dim is returned padded, ``u0`` as an extra result of ``@main``, and the
   artifact slices it to that size (see ``exporter.conversion.signature.data_dependent_sizes``).
@@ -20,10 +22,14 @@ from __future__ import annotations
 import sympy
 import torch
 from jaxlib.mlir import ir
+from jaxlib.mlir.dialects import stablehlo
 from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
+from ..constants import full_like
 from ..shape_values import SymbolicDims
-from ..shapes import dim_size
+from ..shapes import broadcast_in_dim, dim_size, iota
+from .elementwise import compare
+from .extremes import highest, lowest
 from .slicing import slice_dim
 
 aten = torch.ops.aten
@@ -37,6 +43,10 @@ class PaddedDims(SymbolicDims):
         super().__init__()
         self.actual = SymbolicDims()  # the same input dims; data-dependent symbols -> their true sizes
         self.bound: set[sympy.Symbol] = set()
+        # unbounded ``.item()`` sizes a call gives (by name): the size @main takes for each (``call_time_sizes``),
+        # and the value the graph computes for it, which @main returns for the caller to check
+        self.given: dict[str, ir.Value] = {}
+        self.computed: dict[str, ir.Value] = {}
 
     def bind_input(self, value: ir.Value, sizes) -> None:
         super().bind_input(value, sizes)
@@ -53,6 +63,15 @@ class PaddedDims(SymbolicDims):
         self._cache[symbol] = padded
         self.actual._cache[symbol] = actual
         self.bound.add(symbol)
+
+    def give(self, name: str, argument: ir.Value) -> None:
+        """The size ``name`` a call gives is ``argument``'s dim 0 less its dim 1 (``Signature.call_sizes``)."""
+        self.given[name] = stablehlo.subtract(self.read(argument, 0), self.read(argument, 1))
+
+    def exact(self, size) -> bool:
+        """Whether ``size`` (an int or SymInt) holds no padding: its data-dependent symbols are all given by the
+        call (``given``), none padded."""
+        return all(str(s) in self.given for s in free_unbacked_symbols(size))
 
     def knows(self, size) -> bool:
         """Whether ``size`` (a SymInt) is over input dims and bound data-dependent symbols only."""
@@ -79,16 +98,65 @@ def data_dependent_result(ctx, padded: ir.Value, actual: ir.Value, size, dim: in
 def bound_scalar(ctx, value: ir.Value, meta) -> ir.Value:
     """``value`` (0-d i64) is a data-dependent int (``.item()``), ``meta`` its SymInt: where torch knows an upper
     bound for it (``torch._check(n <= 5)``), its symbol is bound, so a tensor of that size is held padded to the
-    bound with ``value`` as its true size (as ``nonzero``'s result is). Without a bound the symbol stays unbound;
-    a size made of it raises naming it (``shape_values``)."""
+    bound with ``value`` as its true size (as ``nonzero``'s result is). Without a bound, a size a call gives
+    (``call_time_sizes``) is that size in shapes and ``value`` as a value; else the symbol stays unbound, and a size
+    made of it raises naming it (``shape_values``)."""
     if not (isinstance(meta, torch.SymInt) and free_unbacked_symbols(meta) and isinstance(meta.node.expr, sympy.Symbol)
             and isinstance(ctx.dims, PaddedDims)):
         return value
+    upper = _upper_bound(meta)
+    if upper is not None:
+        ctx.dims.bind(meta.node.expr, ctx.size_value(upper), value)
+    else:
+        given_size(ctx, meta, value)
+    return value
+
+
+def given_size(ctx, size, computed: ir.Value) -> bool:
+    """Where ``size`` (a SymInt of one data-dependent symbol) is one the call gives (``call_time_sizes``): bind it
+    (the given size in shapes, ``computed``, 0-d i64, as a value) and record ``computed`` for @main to return.
+    Returns whether it is."""
+    if not (isinstance(size, torch.SymInt) and isinstance(ctx.dims, PaddedDims)
+            and str(size.node.expr) in ctx.dims.given):
+        return False
+    ctx.dims.bind(size.node.expr, ctx.dims.given[str(size.node.expr)], computed)
+    ctx.dims.computed[str(size.node.expr)] = computed
+    return True
+
+
+def _upper_bound(meta: torch.SymInt) -> int | None:
+    """The integer upper bound torch knows for a data-dependent int (None: none, or one over other symbols)."""
     bounds = meta.node.shape_env.bound_sympy(meta.node.expr)  # None where torch records no range for it
     upper = bounds.upper if bounds is not None else None
-    if isinstance(upper, sympy.Integer):
-        ctx.dims.bind(meta.node.expr, ctx.size_value(int(upper)), value)
-    return value
+    return int(upper) if isinstance(upper, sympy.Integer) else None
+
+
+_ITEMS = {aten._local_scalar_dense.default, aten.item.default}
+_SIZED_BY_DATA = {aten.bincount.default, aten.repeat_interleave.Tensor}  # ops whose result's dim 0 is such a size
+
+
+def call_time_sizes(graph_module: torch.fx.GraphModule) -> list[sympy.Symbol]:
+    """The sizes a call gives: each symbol a top-graph ``.item()`` (or ``bincount``, ``repeat_interleave``) makes
+    with no integer upper bound (no padded size can hold it) where some tensor of the graph has it in its shape. @main takes each as the size of an argument
+    (shape refinement then makes it static like an input dim) and returns the value its graph computes for it;
+    the caller runs it again with those values until they agree (``exporter.formats.artifact``)."""
+    in_shapes = set()
+    for module in graph_module.modules():
+        if isinstance(module, torch.fx.GraphModule):
+            for node in module.graph.nodes:
+                meta = node.meta.get("val")
+                for value in meta if isinstance(meta, (list, tuple)) else [meta]:
+                    if isinstance(value, torch.Tensor):
+                        in_shapes |= free_unbacked_symbols(value.shape)
+    symbols = []
+    for node in graph_module.graph.nodes:
+        meta = node.meta.get("val")
+        size = meta if node.target in _ITEMS else meta.shape[0] if node.target in _SIZED_BY_DATA else None
+        if isinstance(size, torch.SymInt) and isinstance(size.node.expr, sympy.Symbol) \
+                and free_unbacked_symbols(size) and size.node.expr in in_shapes and size.node.expr not in symbols \
+                and _upper_bound(size) is None:
+            symbols.append(size.node.expr)
+    return symbols
 
 
 # -- which ops may take a padded tensor (the graph lowering checks every node) ---------------------------------
@@ -116,10 +184,43 @@ _ALONG_DIM = {aten.cat.default, aten.unbind.int, aten.select.int, aten.squeeze.d
 _GATHERS = {aten.index.Tensor, aten.gather.default}
 
 
+# reductions whose padding rows, filled with the identity (by dtype), leave the result as over the true rows alone
+# (mean and var are not: they divide by the dim's size, which is the padded one in shapes)
+_IDENTITY = {aten.sum.default: lambda dtype: 0, aten.sum.dim_IntList: lambda dtype: 0,
+             aten.prod.default: lambda dtype: 1, aten.prod.dim_int: lambda dtype: 1,
+             aten.amax.default: lowest, aten.amin.default: highest, aten.max.default: lowest,
+             aten.min.default: highest, aten.any.default: lambda dtype: False, aten.any.dim: lambda dtype: False,
+             aten.any.dims: lambda dtype: False, aten.all.default: lambda dtype: True,
+             aten.all.dim: lambda dtype: True, aten.all.dims: lambda dtype: True}
+_CONTROL_FLOW = {torch.ops.higher_order.cond}  # the branches' ops are checked one by one as they are lowered
+
+
+def padding_filled(ctx, value: ir.Value) -> ir.Value:
+    """The operand of a reduction (``ctx.node``, one of ``_IDENTITY``'s) with its elements past the true sizes
+    of its padded dims set to the reduction's identity."""
+    meta = ctx.arg_meta(0)
+    sizes = list(meta.shape)
+    kept = None
+    for dim, size in enumerate(sizes):
+        if isinstance(size, torch.SymInt) and free_unbacked_symbols(size):
+            actual = broadcast_in_dim(ctx, ctx.dims.actual.size(size), sizes, [])
+            inside = compare(iota(ctx, sizes, dim), actual, "LT")
+            kept = inside if kept is None else stablehlo.and_(kept, inside)
+    if kept is None:
+        return value
+    return stablehlo.select(kept, value, full_like(ctx, sizes, _IDENTITY[ctx.node.target](meta.dtype), meta.dtype))
+
+
+def fills_padding(node: torch.fx.Node) -> bool:
+    """Whether ``node`` is a reduction that takes a padded tensor once its padding is filled (``padding_filled``)."""
+    return node.target in _IDENTITY and is_padded(node.args[0])
+
+
 def keeps_padding(node: torch.fx.Node) -> bool:
     """Whether an op on tensors padded along some dims gives its results padded alike (rows in place)."""
     target = node.target
-    if target in _LAYOUT_OPS or torch.Tag.pointwise in getattr(target, "tags", ()):
+    if target in _LAYOUT_OPS or target in _CONTROL_FLOW or target in _IDENTITY \
+            or torch.Tag.pointwise in getattr(target, "tags", ()):
         return True
     if target in _GATHERS:
         return not is_padded(node.args[0])

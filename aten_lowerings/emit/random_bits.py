@@ -3,9 +3,14 @@ samples and dropout masks the random ops and attention with dropout draw.
 
 Bits come from ``stablehlo.rng_bit_generator`` (THREE_FRY) started from ``ctx.rng_key()``: the program's
 ``rng_seed`` argument and the node's own number, so two random nodes draw different numbers and one seed
-reproduces them all. Uniform floats in [0, 1) take the bits as a mantissa.
+reproduces them all. ``rng_bit_generator`` has no shape operand, so a tensor of symbolic size (a dynamic dim, a
+data-dependent one held padded) draws counter-based bits instead: SplitMix64 of each element's row-major index
+from a stream that the same key selects (elementwise ops over a ``dynamic_iota``, which shape refinement
+specialises like any other). Uniform floats in [0, 1) take the bits as a mantissa.
 """
 from __future__ import annotations
+
+import math
 
 import torch
 from jaxlib.mlir import ir
@@ -14,7 +19,7 @@ from jaxlib.mlir.dialects import stablehlo
 from ..constants import constant, full_like
 from ..mlir_types import tensor_type
 from ..promotion import convert
-from ..shapes import is_static
+from ..shapes import broadcast_in_dim, iota, is_static, reshape
 from .elementwise import compare
 
 aten = torch.ops.aten
@@ -34,12 +39,46 @@ def seeded_key(seed: ir.Value, number: int) -> ir.Value:
 
 
 def random_bits(ctx, sizes, dtype: torch.dtype) -> ir.Value:
-    """Random unsigned words of torch sizes ``sizes`` (static) from this node's key."""
-    if not is_static(sizes):
-        raise NotImplementedError("random tensors of symbolic size")
+    """Random unsigned words (``uint32`` or ``uint64``) of torch sizes ``sizes`` from this node's key."""
     key = ctx.rng_key()
+    if not is_static(sizes):
+        return _counter_bits(ctx, key, sizes, dtype)
     return stablehlo.rng_bit_generator(key.type, tensor_type(sizes, dtype),
                                        stablehlo.RngAlgorithmAttr.get("THREE_FRY"), key)[1]
+
+
+def _word(number: int) -> int:
+    """A 64-bit word as MLIR's ``ui64`` attributes take it: two's complement in a signed int."""
+    return number - 2 ** 64 if number >= 2 ** 63 else number
+
+
+_GOLDEN = _word(0x9E3779B97F4A7C15)  # SplitMix64's increment (2**64 / golden ratio)
+
+
+def _splitmix(ctx, sizes, z: ir.Value) -> ir.Value:
+    """SplitMix64's output function (Steele, Lea, Flood 2014) on ``uint64`` words of torch sizes ``sizes``."""
+    for shift, factor in ((30, _word(0xBF58476D1CE4E5B9)), (27, _word(0x94D049BB133111EB))):
+        z = stablehlo.multiply(stablehlo.xor(z, stablehlo.shift_right_logical(z, full_like(ctx, sizes, shift,
+                                                                                              torch.uint64))),
+                               full_like(ctx, sizes, factor, torch.uint64))
+    return stablehlo.xor(z, stablehlo.shift_right_logical(z, full_like(ctx, sizes, 31, torch.uint64)))
+
+
+def _counter_bits(ctx, key: ir.Value, sizes, dtype: torch.dtype) -> ir.Value:
+    """Words of symbolic ``sizes``: element ``i`` (row-major) is ``splitmix(stream + (i + 1) * golden)``, the
+    stream ``splitmix(seed + number * golden)`` of the key ``[seed, number]``."""
+    seed, number = (stablehlo.reshape(tensor_type([], torch.uint64), stablehlo.slice(key, [i], [i + 1], [1]))
+                    for i in (0, 1))
+    stream = _splitmix(ctx, [], stablehlo.add(seed, stablehlo.multiply(number, constant(_GOLDEN, torch.uint64))))
+    index = stablehlo.add(reshape(ctx, iota(ctx, [math.prod(sizes)], 0, torch.uint64), sizes), full_like(ctx, sizes, 1,
+                                                                                                torch.uint64))
+    state = stablehlo.add(broadcast_in_dim(ctx, stream, sizes, []),
+                          stablehlo.multiply(index, full_like(ctx, sizes, _GOLDEN, torch.uint64)))
+    words = _splitmix(ctx, sizes, state)
+    if dtype == torch.uint64:
+        return words
+    high = stablehlo.shift_right_logical(words, full_like(ctx, sizes, 32, torch.uint64))
+    return convert(high, dtype)
 
 
 def _below_one(dtype: torch.dtype) -> float:

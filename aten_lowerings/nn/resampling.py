@@ -2,8 +2,8 @@
 
 Upsampling is separable, as in torch's CPU kernels: each spatial dim, innermost first, is resampled with
 static source indices and weights computed here the way those kernels compute them (float32 arithmetic, or
-float64 for float64 inputs), gathered with ``take`` and summed in the kernels' order. Spatial sizes must be
-static.
+float64 for float64 inputs), gathered with ``take`` and summed in the kernels' order. Symbolic spatial sizes
+compute the nearest and linear taps in the module (bicubic and nearest-exact need static ones).
 """
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from functools import partial
 
 import numpy as np
 import torch
+from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
 from ..constants import array_constant, constant, full_like
@@ -107,6 +108,56 @@ def _cubic_taps(in_size, out_size, align_corners, scale, real):
     return [(np.clip(index - 1 + j, 0, in_size - 1), weights[j]) for j in range(4)]
 
 
+# The same taps for a dim of symbolic size, as values (int64 indices, weights in ``real``), computed in the module
+# the way the functions above compute them; torch's special cases (out == in, nearest's out == 2 * in) selected.
+
+def _dynamic_scale(ctx, in_size, out_size, align_corners: bool, scale, real: torch.dtype):
+    """``_scale`` as a 0-d value of ``real``."""
+    size_in, size_out = (convert(ctx.size_value(s), real) for s in (in_size, out_size))
+    one = constant(1, real)
+    if align_corners:
+        ratio = stablehlo.divide(stablehlo.subtract(size_in, one), stablehlo.subtract(size_out, one))
+        more_than_one = compare(ctx.size_value(out_size), ctx.size_value(1), "GT")
+        return stablehlo.select(more_than_one, ratio, constant(0, real))
+    return constant(1.0 / scale, real) if scale is not None and scale > 0 else stablehlo.divide(size_in, size_out)
+
+
+def _dynamic_nearest_taps(ctx, in_size, out_size, align_corners, scale, real):
+    n = [out_size]
+    dst = iota(ctx, n, 0)
+    ratio = broadcast_in_dim(ctx, _dynamic_scale(ctx, in_size, out_size, False, scale, torch.float32), n, [])
+    source = convert(stablehlo.floor(stablehlo.multiply(convert(dst, torch.float32), ratio)), torch.int64)
+    size_in, size_out = (broadcast_in_dim(ctx, ctx.size_value(s), n, []) for s in (in_size, out_size))
+    index = stablehlo.minimum(source, stablehlo.subtract(size_in, full_like(ctx, n, 1, torch.int64)))
+    double = compare(size_out, stablehlo.add(size_in, size_in), "EQ")
+    index = stablehlo.select(double, stablehlo.shift_right_arithmetic(dst, full_like(ctx, n, 1, torch.int64)), index)
+    return [(stablehlo.select(compare(size_out, size_in, "EQ"), dst, index), None)]
+
+
+def _dynamic_linear_taps(ctx, in_size, out_size, align_corners, scale, real):
+    n = [out_size]
+    dst, splat = iota(ctx, n, 0), partial(full_like, ctx, n)
+    ratio = broadcast_in_dim(ctx, _dynamic_scale(ctx, in_size, out_size, align_corners, scale, real), n, [])
+    if align_corners:
+        source = stablehlo.multiply(ratio, convert(dst, real))
+    else:
+        source = stablehlo.subtract(stablehlo.multiply(ratio, stablehlo.add(convert(dst, real), splat(0.5, real))),
+                                    splat(0.5, real))
+        source = stablehlo.maximum(source, splat(0, real))
+    size_in, size_out = (broadcast_in_dim(ctx, ctx.size_value(s), n, []) for s in (in_size, out_size))
+    last = stablehlo.subtract(size_in, splat(1, torch.int64))
+    index = stablehlo.minimum(convert(stablehlo.floor(source), torch.int64), last)
+    fraction = stablehlo.clamp(splat(0, real), stablehlo.subtract(source, convert(index, real)), splat(1, real))
+    upper = stablehlo.add(index, convert(compare(index, last, "LT"), torch.int64))
+    same = compare(size_out, size_in, "EQ")  # torch copies the input then
+    return [(stablehlo.select(same, dst, index), stablehlo.select(same, splat(1, real), stablehlo.subtract(
+                splat(1, real), fraction))),
+            (stablehlo.select(same, dst, upper), stablehlo.select(same, splat(0, real), fraction))]
+
+
+_DYNAMIC_TAPS = {_nearest_taps: _dynamic_nearest_taps, _linear_taps: _dynamic_linear_taps}
+
+
 # -- upsampling ----------------------------------------------------------------------------------------------
 
 
@@ -126,9 +177,17 @@ def _upsample(ctx, x, *_args, taps, n: int, rounded_weights: bool = False, **_kw
     else:
         scales = [args.get(name) for name in (["scales"] if n == 1 else ["scales_d", "scales_h", "scales_w"][-n:])]
     sizes = list(ctx.arg_meta(0).shape)
-    ins, outs = _static(sizes[-n:], "upsampling"), _static(ctx.out_shape[-n:], "upsampling")
-    real = np.float64 if ctx.out_dtype == torch.float64 else np.float32
-    dim_taps = [taps(ins[i], outs[i], bool(args.get("align_corners")), scales[i], real) for i in range(n)]
+    ins, outs, align_corners = sizes[-n:], list(ctx.out_shape[-n:]), bool(args.get("align_corners"))
+    if DYNAMIC in mlir_shape(ins + outs):  # the taps as values computed from the sizes
+        if taps not in _DYNAMIC_TAPS:
+            raise NotImplementedError(f"{ctx.node.target} with symbolic spatial sizes is not supported yet (the "
+                                      "nearest and linear modes are)")
+        real = torch.float64 if ctx.out_dtype == torch.float64 else torch.float32
+        dim_taps = [_DYNAMIC_TAPS[taps](ctx, ins[i], outs[i], align_corners, scales[i], real) for i in range(n)]
+    else:
+        real, ins, outs = np.float64 if ctx.out_dtype == torch.float64 else np.float32, mlir_shape(ins), mlir_shape(outs)
+        dim_taps = [[(array_constant(index, torch.int64), weight) for index, weight in
+                     taps(ins[i], outs[i], align_corners, scales[i], real)] for i in range(n)]
     weighted = dim_taps[0][0][1] is not None
     if weighted and not ctx.out_dtype.is_floating_point:
         raise NotImplementedError("linear and cubic upsampling of integer tensors (torch's uint8 kernel rounds "
@@ -140,9 +199,9 @@ def _upsample(ctx, x, *_args, taps, n: int, rounded_weights: bool = False, **_kw
         sizes[dim] = outs[i]
         result = None
         for index, weight in dim_taps[i]:
-            term = take(ctx, value, dim, array_constant(index, torch.int64), sizes)
+            term = take(ctx, value, dim, index, sizes)
             if weight is not None:
-                weight = array_constant(weight, dtype)
+                weight = convert(weight, dtype) if isinstance(weight, ir.Value) else array_constant(weight, dtype)
                 weight = round_to(weight, ctx.out_dtype) if rounded_weights else weight
                 term = stablehlo.multiply(term, broadcast_in_dim(ctx, weight, sizes, [dim]))
             result = term if result is None else stablehlo.add(result, term)

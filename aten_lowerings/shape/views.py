@@ -18,9 +18,9 @@ from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
 from ..constants import constant, full_like
 from ..emit.elementwise import compare
-from ..emit.padded import data_dependent_result
+from ..emit.padded import PaddedDims, data_dependent_result
 from ..emit.slicing import dim_length, index_value, known_int, slice_bounds, slice_dim, strided_slice, take, wrap_index
-from ..mlir_types import DYNAMIC, tensor_type
+from ..mlir_types import tensor_type
 from ..promotion import convert
 from ..registry import lower
 from ..shapes import broadcast_in_dim, broadcast_to, iota, normalize_dim, normalize_dims, reshape
@@ -42,19 +42,28 @@ def _add(ctx, a, b):
 def slice_(ctx, x, dim=0, start=None, end=None, step=1):
     dim = normalize_dim(dim, rank(x))
     start, end = slice_bounds(ctx, start, end, dim_length(ctx, x, dim))
-    if free_unbacked_symbols(ctx.out_shape[dim]) and not free_unbacked_symbols(ctx.arg_meta(0).shape[dim]):
+    if free_unbacked_symbols(ctx.out_shape[dim]) and not free_unbacked_symbols(ctx.arg_meta(0).shape[dim]) \
+            and not (isinstance(ctx.dims, PaddedDims) and ctx.dims.exact(ctx.out_shape[dim])):
         # bounds read from tensor data (tensor_split by a tensor) on a dim of known size
         return _padded_slice(ctx, x, dim, start, end, step)
     return slice_dim(ctx, x, dim, start, end, ctx.out_shape, step)
 
 
 def _padded_slice(ctx, x, dim, start, end, step):
-    """A slice of data-dependent length, held padded to the dim's size (see ``emit.padded``): the window of
-    ``cat(x, x)`` from ``start``, whose first ``end - start`` rows are the slice."""
-    if step != 1 or DYNAMIC in static_shape(x):
-        raise NotImplementedError("a slice with data-dependent bounds needs step 1 and an input of static shape")
-    starts = [index_value(ctx, start) if d == dim else ctx.size_value(0) for d in range(rank(x))]
-    padded = stablehlo.dynamic_slice(stablehlo.concatenate([x, x], dim), starts, static_shape(x))
+    """A slice of data-dependent length, held padded to the dim's size (see ``emit.padded``): ``x`` itself
+    from start 0, else ``x``'s rows from ``start`` on, wrapping around, whose first ``end - start`` are the
+    slice (a gather, so the dims may be symbolic)."""
+    if step != 1:
+        raise NotImplementedError(f"a slice with data-dependent bounds needs step 1, not {step}")
+    if known_int(start) == 0:
+        padded = x
+    else:
+        sizes = list(ctx.arg_meta(0).shape)
+        length = sizes[dim]
+        positions = stablehlo.remainder(
+            stablehlo.add(iota(ctx, [length], 0), broadcast_in_dim(ctx, index_value(ctx, start), [length], [])),
+            broadcast_in_dim(ctx, ctx.size_value(length), [length], []))
+        padded = take(ctx, x, dim, positions, sizes)
     actual = stablehlo.subtract(index_value(ctx, end), index_value(ctx, start))
     result = data_dependent_result(ctx, padded, actual, ctx.out_shape[dim], dim)
     offset = ctx.out_meta.storage_offset()  # export gives the view's offset a data-dependent symbol too

@@ -21,8 +21,9 @@ from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import func
 from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
-from torch_stablehlo.aten_lowerings import (LoweringContext, PaddedDims, is_padded, keeps_padding, lowered_target,
-                                            lowering_for, op_name, per_platform, seeded_key, tensor_type, ValueFacts)
+from torch_stablehlo.aten_lowerings import (LoweringContext, PaddedDims, fills_padding, is_padded, keeps_padding,
+                                            lowered_target, lowering_for, op_name, padding_filled, per_platform,
+                                            seeded_key, tensor_type, ValueFacts)
 from torch_stablehlo.exported_program import STATE
 from torch_stablehlo.stablehlo_ir.refine import ShapeRefinementError, refine_shapes
 from torch_stablehlo.stablehlo_ir.platforms import platform_index_attributes
@@ -33,7 +34,7 @@ from ..errors import LoweringError
 from .inplace import VIEW_SCATTERS, functionalised
 from .locations import LocationCache, describe
 from ..terminal import progress
-from .signature import PLATFORM_INDEX, RNG_SEED, InputSlot, Signature
+from .signature import CALL_SIZE, PLATFORM_INDEX, RNG_SEED, InputSlot, Signature
 
 ALIASING_ATTR = "tf.aliasing_output"  # on an argument: the index of the result that may reuse its buffer
 
@@ -80,12 +81,14 @@ class GraphLowering:
             if self.signature.mesh:  # SPMD: the mesh, and each argument's sharding (see stablehlo_ir.shardy)
                 declare_mesh(module, self.signature.mesh)
                 function.arg_attrs = argument_attributes(self.signature.main_shardings)
-            argument_of = {}
+            argument_of, given = {}, {}
             for slot, argument in zip(slots, block.arguments):
                 if slot.kind == RNG_SEED:
                     self._seed = argument
                 elif slot.kind == PLATFORM_INDEX:
                     self._platform_index = argument
+                elif slot.kind == CALL_SIZE:  # its dim 0 less its dim 1 is the size; bound where .item() makes it
+                    given[slot.value] = argument
                 elif slot.scalar:  # an int input: its symbol's value, where no input dim has it
                     argument_of[node_of[slot]] = argument
                     self.dims.bind_scalar(node_of[slot].meta["val"].node.expr, argument)
@@ -93,12 +96,15 @@ class GraphLowering:
                     argument_of[node_of[slot]] = argument
                     self.dims.bind_input(argument, node_of[slot].meta["val"].shape)
             with ir.InsertionPoint(block):
+                for name, argument in given.items():
+                    self.dims.give(name, argument)
                 inputs = [argument_of[n] if n in argument_of else n.meta.get("val") for n in placeholders]
                 output = next(n for n in self.graph_module.graph.nodes if n.op == "output")
                 results = [r for r, a in zip(self.lower_graph(self.graph_module, inputs), output.args[0])
                            if isinstance(a, torch.fx.Node)]  # constant outputs live in the signature
                 results += self._carried_state(node_of, len(results))
                 results += self._output_sizes(output)
+                results += self._computed_sizes()
                 results += [self._values[node] for node in self.exposed]
                 func.ReturnOp(results)
             erase_unused(block)
@@ -123,6 +129,13 @@ class GraphLowering:
         ``buffer_mutation`` outputs after the program's own ``count`` results)."""
         slots = {s.target: s for s in self.signature.state}
         return [self._values[node_of[slots[out.target]]] for out in self.signature.main_outputs[count:]]
+
+    def _computed_sizes(self) -> list:
+        """The values the graph computes for the sizes a call gives (``Signature.call_sizes``), in its order."""
+        missing = [name for name in self.signature.call_sizes if name not in self.dims.computed]
+        if missing:
+            raise LoweringError(f"the sizes {', '.join(missing)} a call gives are not computed by the graph's .item()")
+        return [self.dims.computed[name] for name in self.signature.call_sizes]
 
     def _output_sizes(self, output: torch.fx.Node) -> list:
         """The true sizes of the outputs' data-dependent dims, in the signature's order (``Signature.sizes``)."""
@@ -211,6 +224,8 @@ class GraphLowering:
             ctx = LoweringContext(node, self.dims, self.lower_graph, self._rng_key if self._seed is not None else None,
                                   mesh=self.signature.mesh, platforms=self.platforms,
                                   platform_index=self._platform_index, facts=self.facts)
+            if self.dims.bound and fills_padding(node):  # a reduction: its padding rows set to its identity
+                args = (padding_filled(ctx, args[0]), *args[1:])
             try:
                 if len(set(rules.values())) == 1:
                     result = next(iter(rules.values()))(ctx, *args, **kwargs)
@@ -253,11 +268,12 @@ class GraphLowering:
         """Raise unless ``node`` keeps the padding of the data-dependent tensors it takes (see
         ``aten_lowerings.data_dependent``): elementwise and layout ops do; reductions, sorts, reshapes, ... mix
         the padding rows into the result."""
-        if not self.dims.bound or keeps_padding(node):
+        if not self.dims.bound:
             return
-        padded = []
-        torch.fx.node.map_arg((node.args, node.kwargs), lambda a: padded.append(a) if is_padded(a) else None)
-        if padded:
+        padded = []  # sizes a call gives are exact, not padded (``Signature.call_sizes``)
+        torch.fx.node.map_arg((node.args, node.kwargs), lambda a: padded.append(a) if is_padded(a) and not
+                              self.dims.exact(a.meta["val"].shape) else None)
+        if padded and not keeps_padding(node):
             raise LoweringError(
                 f"{name} at {describe(node)} takes {padded[0].name}, whose size is data-dependent "
                 f"({list(padded[0].meta['val'].shape)}, from an op such as nonzero or unique); such a tensor is "
@@ -297,10 +313,11 @@ def _result_types(meta) -> list[ir.RankedTensorType]:
 
 
 def _argument_type(slot: InputSlot, node: torch.fx.Node | None) -> ir.RankedTensorType:
-    """A placeholder's type from its meta (symbolic dims as ``?``); ``rng_seed``'s and an int input's from its
-    spec."""
-    if node is None or slot.scalar:
-        return tensor_type(slot.tensor.shape, slot.tensor.torch_dtype)
+    """A placeholder's type from its meta (symbolic dims as ``?``); ``rng_seed``'s, an int input's and a size
+    argument's from its spec."""
+    if node is None or slot.scalar:  # a size a call gives has a named dim: dynamic
+        shape = [ir.ShapedType.get_dynamic_size() if isinstance(d, str) else d for d in slot.tensor.shape]
+        return tensor_type(shape, slot.tensor.torch_dtype)
     return tensor_type(node.meta["val"].shape, node.meta["val"].dtype)
 
 

@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 import sympy
+from torch.utils._sympy.symbol import SymT, symbol_is_type
 
 from ..errors import LoweringError
 
@@ -60,9 +61,24 @@ def untouched(shape_env, what: str = "converting"):
         if after != before:
             before.restore(shape_env)
     specialised = {symbol: value for symbol, value in after.replacements.items()
-                   if symbol not in before.replacements and isinstance(value, sympy.Integer)}
+                   if symbol not in before.replacements and isinstance(value, sympy.Integer)
+                   and not _forced(symbol, value, before, after)}
     if specialised:
         named = ", ".join(f"{symbol} to {value}" for symbol, value in sorted(specialised.items(), key=str))
         raise LoweringError(f"{what} specialised the symbolic size {named} (a lowering read it as a number), so the "
                             "module would hold that one value; the program was left as it was. Please report it with "
                             "the program: a rule must take the size as a value (ctx.dims.size)")
+
+
+def _forced(symbol: sympy.Symbol, value: sympy.Integer, before: ShapeEnvRecords, after: ShapeEnvRecords) -> bool:
+    """Whether ``value`` is the only one the program allows the symbol, so replacing the symbol by it specialises
+    nothing: the range the symbol had is ``value`` alone (the program's checks force it, ``torch._check(u == 5)``).
+    A symbol the decomposition's retrace made is new: a data-dependent one stands for one of the program's (the
+    retrace renames it so), so the range it has must be ``value`` alone; a backed one stands for an int input the
+    program holds constant (its guard pins the new symbol to that constant)."""
+    bounds = before.var_to_range.get(symbol)
+    if bounds is None:
+        if not symbol_is_type(symbol, SymT.UNBACKED_INT):
+            return True
+        bounds = after.var_to_range.get(symbol)
+    return bounds is not None and bounds.lower == bounds.upper == value

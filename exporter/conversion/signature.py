@@ -11,7 +11,7 @@ import torch
 import torch.utils._pytree as pytree
 from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
-from torch_stablehlo.aten_lowerings import RNG_SEED_DTYPE, RNG_SEED_NAME, uses_random
+from torch_stablehlo.aten_lowerings import RNG_SEED_DTYPE, RNG_SEED_NAME, call_time_sizes, uses_random
 from torch_stablehlo.exported_program import (HELD_KINDS, INPUT_KINDS, INPUT_UPDATE, OUTPUT_KINDS, STATE, STATE_UPDATE,
                                               USER_INPUT, USER_OUTPUT, WEIGHT_KINDS)
 from torch_stablehlo.stablehlo_ir.dtypes import PYTHON_SCALAR_DTYPES, scalar_type
@@ -65,6 +65,12 @@ PLATFORM_INDEX = "platform_index"
 """The kind and name of ``@main``'s first argument where it is lowered for several platforms (never a slot of
 ``Signature.inputs``: ``main_inputs`` puts it first)."""
 PLATFORM_INDEX_SLOT = InputSlot(PLATFORM_INDEX, PLATFORM_INDEX, None, TensorSpec(PLATFORM_INDEX, "int32", ()))
+
+CALL_SIZE = "call_size"
+"""The kind of ``@main``'s arguments that give a size read from tensor data with no bound (``.item()``): one
+``int8[u_above_0, u_below_0, 0]`` (no elements; ``u`` is dim 0 less dim 1, as a pad may be negative) per such
+size ``u``, after the user inputs; ``@main`` returns the value its graph computes for each after everything else,
+and a call is run again with those until they agree (``call_sizes``)."""
 
 RNG_SEED = RNG_SEED_NAME
 """The kind and name of ``@main``'s last argument where the program draws random numbers: the seed."""
@@ -147,6 +153,18 @@ class Signature:
     def num_devices(self) -> int:
         """How many devices ``@main`` runs on (SPMD over the mesh's devices)."""
         return num_devices(self.mesh)
+
+    @property
+    def call_sizes(self) -> list[str]:
+        """The sizes a call gives (``CALL_SIZE``), in ``@main``'s order."""
+        return [s.value for s in self.inputs if s.kind == CALL_SIZE]
+
+    @property
+    def call_size_results(self) -> range:
+        """The positions among ``@main``'s results of the values it computes for ``call_sizes``: after the outputs
+        and their data-dependent sizes."""
+        first = len(self.main_outputs) + len(self.sizes)
+        return range(first, first + len(self.call_sizes))
 
     @property
     def takes_rng_seed(self) -> bool:
@@ -243,6 +261,7 @@ def signature_of(ep: torch.export.ExportedProgram, kinds: Sequence[str | None]) 
         tensor = TensorSpec.from_meta(name, meta) if isinstance(meta, torch.Tensor) else None
         value = None if tensor is not None else _plain(meta)
         inputs.append(InputSlot(name, kind, spec.target, tensor, value))
+    inputs += _call_size_slots(ep, inputs)
     if uses_random(ep.graph_module):  # GraphLowering appends it to @main's arguments
         inputs.append(RNG_SEED_SLOT)
     output_node = next(n for n in ep.graph.nodes if n.op == "output")
@@ -280,6 +299,21 @@ def signature_of(ep: torch.export.ExportedProgram, kinds: Sequence[str | None]) 
                      arg_names=list(call_signature.forward_arg_names or [])[:in_spec.child(0).num_children],
                      live_trees=(in_spec, out_spec))
 
+
+
+def _call_size_slots(ep: torch.export.ExportedProgram, inputs: list[InputSlot]) -> list[InputSlot]:
+    """A ``CALL_SIZE`` argument for each size read from data with no bound (``call_time_sizes``). A call runs the
+    program until the sizes it computes are those it was given: refused where that would draw random numbers or
+    write state more than once."""
+    symbols = [str(s) for s in call_time_sizes(ep.graph_module)]
+    if symbols and (uses_random(ep.graph_module) or any(s.kind == STATE for s in inputs)):
+        raise NotImplementedError(
+            f"the sizes {', '.join(symbols)} are read from tensor data (.item(), bincount, repeat_interleave) with "
+            "no upper bound, so a call runs the program until they are known, which a program that draws random "
+            "numbers or writes state cannot do: bound them where they are made (torch._check(u <= N))")
+    return [InputSlot(f"size_{symbol}", CALL_SIZE, None,
+                      TensorSpec(f"size_{symbol}", "int8", (f"{symbol}_above_0", f"{symbol}_below_0", 0)), symbol)
+            for symbol in symbols]
 
 
 def is_symbolic_int(meta) -> bool:

@@ -19,9 +19,10 @@ from torch_stablehlo.exported_program import INPUT_UPDATE, STATE, STATE_UPDATE
 from torch_stablehlo.runtime import pjrt
 from torch_stablehlo.stablehlo_ir.dtypes import to_numpy, to_torch, uncarried
 from torch_stablehlo.stablehlo_ir.platforms import for_platform
+from torch_stablehlo.stablehlo_ir.unused import results_only
 
 from . import bundle
-from ..errors import WeightsError
+from ..errors import DimensionError, WeightsError
 from .jax_handoff import to_jax
 from ..autoshard.plan import ShardingPlan
 from ..conversion.calls import check_dims, output_values, tensor_inputs, unflatten_outputs, validate_inputs
@@ -38,7 +39,7 @@ class _CallLayout(NamedTuple):
     """What each call reads from the signature, worked out once (a decode loop calls a program for every token)."""
     input_names: list           # the tensor user inputs' names and specs, in @main order
     input_specs: list
-    dynamic: bool               # some input has a symbolic dim (an executable per shape signature)
+    dynamic: bool               # some input has a symbolic dim or a call gives sizes (an executable per shape signature)
     checks_dims: bool           # a symbolic dim, a scalar input or a mesh: check_dims has work to do
     scalars: bool               # some input is a Python int (its value, not only the shapes, is checked)
     takes_rng_seed: bool        # @main ends with the rng_seed argument
@@ -46,6 +47,7 @@ class _CallLayout(NamedTuple):
     held_shapes: list           # the held arguments' shapes, @main's leading ones
     state_results: list         # (result index, state target, its position among the held arguments)
     carried: frozenset          # the state's result indices (its new values stay on the device)
+    call_sizes: bool            # the call gives sizes read from data (Signature.call_sizes): _execute_sized
     # where every input is a tensor that the call's pytree holds as a leaf (args and kwargs, no nesting): how many
     # positional ones, and the keywords in @main order; None otherwise
     flat_call: tuple[int, tuple[str, ...]] | None
@@ -67,14 +69,14 @@ class _CallLayout(NamedTuple):
         position = {slot.target: i for i, slot in enumerate(held) if slot.kind == STATE}
         outputs = signature.main_outputs
         inputs = [slot for slot in signature.user_inputs if slot.tensor is not None]
-        dynamic = signature.is_dynamic
+        dynamic = signature.is_dynamic or bool(signature.call_sizes)
         return cls([slot.name for slot in inputs], [slot.tensor for slot in inputs], dynamic,
                    dynamic or bool(signature.mesh) or any(slot.scalar for slot in inputs),
                    any(slot.scalar for slot in inputs),
                    signature.takes_rng_seed, bool(signature.state) or signature.takes_rng_seed,
                    [slot.tensor.shape for slot in held],
                    [(i, outputs[i].target, position[outputs[i].target]) for i in sorted(signature.state_results)],
-                   frozenset(signature.state_results), _flat_call(signature))
+                   frozenset(signature.state_results), bool(signature.call_sizes), _flat_call(signature))
 
 
 def _flat_call(signature: Signature) -> tuple[int, tuple[str, ...]] | None:
@@ -171,15 +173,40 @@ class StableHLOArtifact:
         validate_inputs(layout.input_specs, tensors)
         if layout.checks_dims:
             self._check_dims(tensors, layout.scalars)
+        if layout.call_sizes:  # no state, no random draws (signature): a run changes nothing
+            return self._execute_sized(tensors)
         with self._lock if layout.one_stream else contextlib.nullcontext():
-            hosts = [to_numpy(t) for t in tensors + self._seeds()]
-            with self._lock:
-                executable = self._compiled(layout.held_shapes + [h.shape for h in hosts])
-                held_arrays = self._held_on_device(executable)
-            arrays = executable.execute(held_arrays + executable.put(hosts, first=len(held_arrays)))
+            return self._run([to_numpy(t) for t in tensors + self._seeds()])
+
+    def _run(self, hosts: list, sizes_only: bool = False) -> list:
+        """``@main``'s results for the host arrays after the held arguments; the state's new values kept. With
+        ``sizes_only``, the sizes a call gives as computed (``_execute_sized``) and nothing else."""
+        layout = self._layout
+        with self._lock:
+            executable = self._compiled(layout.held_shapes + [h.shape for h in hosts], sizes_only)
+            held_arrays = self._held_on_device(executable)
+        arrays = executable.execute(held_arrays + executable.put(hosts, first=len(held_arrays)))
+        if not sizes_only:
             for result, target, position in layout.state_results:  # the next call's state
                 self._device_state[target] = held_arrays[position] = arrays[result]
-            return arrays
+        return arrays
+
+    def _execute_sized(self, tensors: list[torch.Tensor]) -> list:
+        """``@main``'s results where a call gives sizes read from data (``Signature.call_sizes``): the sizes first,
+        by ``@main`` cut down to computing them (given sizes 0, which only a size read from a tensor of another
+        such size reads), then ``@main`` with the sizes computed, until the sizes given are those it computes."""
+        names, hosts = self.signature.call_sizes, [to_numpy(t) for t in tensors]
+        positions = self.signature.call_size_results
+        given, sizes_only = [0] * len(names), True
+        for _ in range(len(names) + 1):
+            arrays = self._run(hosts + [np.zeros((max(size, 0), max(-size, 0), 0), np.int8) for size in given],
+                               sizes_only)
+            computed = [int(np.asarray(arrays[i if not sizes_only else n])) for n, i in enumerate(positions)]
+            if computed == given and not sizes_only:
+                return arrays
+            given, sizes_only = computed, False
+        raise DimensionError(f"the sizes {', '.join(names)} read from tensor data did not settle: "
+                             f"{dict(zip(names, given))} computed last")
 
     def _check_dims(self, tensors: list[torch.Tensor], scalars: bool) -> None:
         """Symbolic dims in range, and equal where they must be (``check_dims``); shapes that passed are not
@@ -242,15 +269,19 @@ class StableHLOArtifact:
         self._seed += 1
         return [torch.tensor(self._seed - 1, dtype=torch.int64)]
 
-    def _compiled(self, arg_shapes: list) -> pjrt.Executable:
+    def _compiled(self, arg_shapes: list, sizes_only: bool = False) -> pjrt.Executable:
         """The executable for ``@main`` arguments of these shapes: one for a static module; for a dynamic one,
-        one per shape signature of the call (the module refined to it; see ``stablehlo_ir.refine``)."""
+        one per shape signature of the call (the module refined to it; see ``stablehlo_ir.refine``). With
+        ``sizes_only``, of ``@main`` returning only the sizes a call gives."""
         shapes = tuple(tuple(shape) for shape in arg_shapes) if self._layout.dynamic else ()
-        if shapes not in self._executables:
-            self._executables[shapes] = pjrt.Executable(self.runnable_text(), self.platform,
-                                                        arg_shapes=shapes if shapes else None,
-                                                        mesh=self.signature.mesh)
-        return self._executables[shapes]
+        key = ("sizes only", shapes) if sizes_only else shapes
+        if key not in self._executables:
+            text = self.runnable_text()
+            if sizes_only:
+                text = results_only(text, self.signature.call_size_results)
+            self._executables[key] = pjrt.Executable(text, self.platform, arg_shapes=shapes if shapes else None,
+                                                     mesh=self.signature.mesh)
+        return self._executables[key]
 
     def _held_on_device(self, executable: pjrt.Executable) -> list:
         """``@main``'s held arguments on the device, the list ``_execute`` puts each call's new state into (made
@@ -317,7 +348,16 @@ class StableHLOArtifact:
                                f"with artifact.attach_weights('model.safetensors') or "
                                f"load_artifact(path, weights=...)")
 
+    def _require_no_call_sizes(self, action: str) -> None:
+        if self.signature.call_sizes:
+            raise NotImplementedError(
+                f"cannot {action} a program that reads sizes from tensor data with no bound "
+                f"({', '.join(self.signature.call_sizes)}, from .item(), bincount, repeat_interleave): @main takes "
+                "them as arguments, which only this artifact's own call finds (it runs @main until they agree); "
+                "bound them where they are made (torch._check(u <= N)) to hold them padded instead")
+
     def _require_sized_outputs(self, action: str) -> None:
+        self._require_no_call_sizes(action)
         if self.signature.sizes:
             raise NotImplementedError(
                 f"cannot {action} a program whose outputs have data-dependent sizes "
@@ -334,6 +374,7 @@ class StableHLOArtifact:
         Weights go to safetensors shards of at most ``shard_size`` bytes. An existing bundle at
         ``path`` is replaced; anything else there is an error.
         """
+        self._require_no_call_sizes("save a bundle of")
         return bundle.save_bundle(path, self.stablehlo_text, self.signature, self.weights,
                                   target_version=target_version, shard_bytes=shard_size, include_text=include_text)
 

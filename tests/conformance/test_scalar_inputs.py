@@ -5,11 +5,13 @@ the example included, and ``ep.module()`` stopped raising its guard error."""
 import pytest
 import torch
 from torch.export import Dim
+from torch.fx.experimental.symbolic_shapes import sym_and, sym_or
 
 from torch_stablehlo.exporter import export_to_stablehlo
 from torch_stablehlo.exporter.errors import DimensionError, InputError, LoweringError
 from torch_stablehlo.exporter.conversion.read_only import untouched
 from torch_stablehlo.exported_program import shape_env_of
+from torch_stablehlo.tools import conformance
 
 from ..support import make
 
@@ -61,6 +63,21 @@ def test_a_specialisation_during_conversion_is_undone_and_named():
     with pytest.raises(Exception, match="Guard failed"):
         ep.module()(11, make(4))
     torch.testing.assert_close(export_to_stablehlo(ep)(5, make(4)), ep.module()(5, make(4)))
+
+
+class ForcedItems(torch.nn.Module):
+    """torch's test_sym_or_sym_and: the checks leave ``u2`` one value, which the decomposition's retrace puts in."""
+
+    def forward(self, xs):
+        u0, u1, u2 = xs.tolist()
+        torch._check(sym_or(u0 == 2, u0 == 4, u0 == 6))
+        torch._check(sym_and(u1 >= 4, u1 <= 8, u2 == 5))
+        return u0 + u1 + u2
+
+
+def test_a_value_the_program_forces_is_no_specialisation():
+    ep = torch.export.export(ForcedItems(), (torch.tensor([2, 6, 5]),), strict=False)
+    conformance.check(ep, [((torch.tensor(xs),), {}) for xs in ([2, 6, 5], [6, 8, 5])])
 
 
 class ViewTo(torch.nn.Module):

@@ -9,7 +9,7 @@ import sympy
 import torch
 import torch.utils._pytree as pytree
 from torch.export import Dim
-from torch.utils._sympy.functions import CeilToInt, FloatTrueDiv, FloorToInt, RoundToInt, ToFloat
+from torch.utils._sympy.functions import CeilToInt, FloatTrueDiv, FloorToInt, RoundToInt, ToFloat, TruncToInt
 
 from torch_stablehlo.exporter.errors import ExportError
 from torch_stablehlo.exporter import export_to_stablehlo
@@ -24,6 +24,20 @@ def test_rounded_quotients_are_exact_integer_arithmetic(rounding, python, diviso
     expr = integer_expr(rounding(FloatTrueDiv(ToFloat(s), sympy.Float(divisor))))
     assert not expr.has(rounding, FloatTrueDiv)
     assert [int(expr.subs(s, n)) for n in range(1, 40)] == [python(n / divisor) for n in range(1, 40)]
+
+
+@pytest.mark.parametrize("factor", [0.5, 0.25, 0.1, 2.0, 3.0])
+def test_truncated_products_by_a_float_are_exact_integer_arithmetic(factor):
+    """interpolate's sizes: ``trunc(s * 0.5)`` is ``s // 2`` (a float no smaller than 1 / c divides by c)."""
+    s = sympy.Symbol("s", integer=True, nonnegative=True)
+    expr = integer_expr(TruncToInt(sympy.Float(factor) * ToFloat(s)))
+    assert not expr.has(TruncToInt)
+    assert [int(expr.subs(s, n)) for n in range(200)] == [math.trunc(n * factor) for n in range(200)]
+
+
+def test_a_product_by_a_float_below_its_reciprocal_is_left_as_it_is():
+    s = sympy.Symbol("s", integer=True, nonnegative=True)
+    assert integer_expr(TruncToInt(sympy.Float(1 / 3) * ToFloat(s))).has(TruncToInt)
 
 
 class RoundedSlice(torch.nn.Module):
@@ -61,3 +75,19 @@ def test_inputs_without_a_serialization_name_are_refused_naming_the_type():
     ep = torch.export.export(TakesDataclass(), (Unnamed(torch.ones(2)),))
     with pytest.raises(ExportError, match=r"test_sizes_and_input_types\.Unnamed, a type with no pytree serialization"):
         export_to_stablehlo(ep)
+
+
+class GridOfSize(torch.nn.Module):
+    """torch's test_size_input: a torch.Size input, whose ints the program holds constant."""
+
+    def forward(self, theta, size):
+        return torch.nn.functional.affine_grid(theta, size, align_corners=False)
+
+
+@pytest.mark.full_sweep_only  # make test samples the read-only check with test_scalar_inputs' forced value
+def test_a_torch_size_input():
+    """The decomposition's retrace gives the Size's ints new symbols and the program's guards pin them to the
+    constants: no specialisation of the program's own symbols, so the conversion goes on."""
+    ep = torch.export.export(GridOfSize(), (torch.ones((1, 2, 3)), torch.Size((1, 3, 4, 5))))
+    theta = torch.tensor([[[0.9, 0.1, 0.2], [-0.3, 1.1, 0.0]]])
+    conformance.check(ep, [((theta, torch.Size((1, 3, 4, 5))), {})], twice=False)

@@ -36,10 +36,24 @@ def test_bounded_item_sizes_are_padded_with_their_true_size():
         artifact(torch.tensor(7), torch.arange(2.0))  # eager's check fails too
 
 
-def test_unbounded_item_size_is_refused_naming_the_symbol():
+class UnboundedNoise(torch.nn.Module):
+    def forward(self, x):
+        return torch.randn(x.item())
+
+
+def test_unbounded_item_sizes_are_given_by_the_call(tmp_path):
+    """No padded size can hold them: @main takes each as an argument's size and returns the value it computes;
+    the artifact runs it until they agree. What only the artifact's call can do is refused elsewhere, naming
+    the size."""
     ep = torch.export.export(Unbounded(), (torch.tensor(4),))
-    with pytest.raises(LoweringError, match=r"the size u\d+ is data-dependent .* has no upper bound.*torch._check"):
-        export_to_stablehlo(ep)
+    artifact = export_to_stablehlo(ep)
+    for value in (4, 0, 9):
+        torch.testing.assert_close(artifact(torch.tensor(value)), ep.module()(torch.tensor(value)))
+    with pytest.raises(NotImplementedError, match=r"cannot save a bundle of .* no bound \(u\d+, from .item\(\)"):
+        artifact.save(tmp_path / "bundle")
+    assert not (tmp_path / "bundle").exists()
+    with pytest.raises(NotImplementedError, match=r"the sizes u\d+ are read from tensor data .* draws random"):
+        export_to_stablehlo(torch.export.export(UnboundedNoise(), (torch.tensor(4),)))
 
 
 class KthOfItem(torch.nn.Module):
@@ -60,4 +74,45 @@ class MaskedRows(torch.nn.Module):
 def test_boolean_mask_indexing_is_padded_with_its_true_size():
     ep = torch.export.export(MaskedRows(), (torch.randn(4, 3, 2), torch.rand(4, 3) > 0.5))
     conformance.check(ep, [((torch.randn(4, 3, 2), torch.rand(4, 3) > p), {}) for p in (0.5, 0.0, 1.0)],
+                      twice=False)
+
+
+class SumOfItemSize(torch.nn.Module):
+    """torch's test_constrain_size_with_various_cases (its bounded module)."""
+
+    def forward(self, x, y):
+        n = x.item()
+        torch._check_is_size(n)
+        torch._check(n <= 6)
+        return y.sum() + torch.ones(n, 5).sum()
+
+
+class Reductions(torch.nn.Module):
+    def forward(self, x):
+        m, rows = x[x > 0], x.nonzero()
+        return m.amax(), m.amin(), m.prod(), (m > 1).any(), (m > 0).all(), rows.sum(0), rows.max(), m.sum()
+
+
+@pytest.mark.full_sweep_only  # make test has test_data_dependent's reductions
+def test_reductions_over_padded_tensors_fill_the_padding_with_their_identity():
+    ep = torch.export.export(SumOfItemSize(), (torch.tensor(5), torch.randn(4, 5)))
+    conformance.check(ep, [((torch.tensor(n), torch.randn(4, 5)), {}) for n in (5, 0, 6)], twice=False)
+    ep = torch.export.export(Reductions(), (torch.randn(3, 4),))
+    conformance.check(ep, [((torch.randn(3, 4),), {}), ((torch.randn(3, 4).abs() + 0.5,), {})], twice=False)
+
+
+class CondOfPadded(torch.nn.Module):
+    """torch's test_unbacked_to_cond and test_unbacked_to_cond_passthrough in one."""
+
+    def forward(self, a):
+        az = a.nonzero()
+        total = torch.cond(az.size(0) > 3, lambda x: (x + 1).sum(), lambda x: (x + 3).sum(), (az,))
+        rows = torch.cond(az.size(0) > 3, lambda x: x + 1, lambda x: x + 3, (az,))
+        return total * 2, rows * 2
+
+
+@pytest.mark.full_sweep_only  # make test samples padded tensors with the reductions test
+def test_cond_takes_and_returns_padded_tensors():
+    ep = torch.export.export(CondOfPadded(), (torch.randn(7),), strict=True)
+    conformance.check(ep, [((a,), {}) for a in (torch.randn(7), torch.tensor([0., 0, 1, 0, 2, 0, 0]), torch.ones(7))],
                       twice=False)
