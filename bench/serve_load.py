@@ -11,11 +11,16 @@ no eos (every request makes all the tokens it asks for). Workloads:
 
 Per system: tokens/s (new tokens over the wall time from the first arrival to the last token), time to first token
 and inter-token latency, p50 and p99 over requests / over gaps (a fixed batch returns its tokens at once: its time
-to first token is its request's whole latency, and it streams nothing). Then one generate step with all 8 slots
-busy (one step per call, and the engine's steps per call) against its memory roofline: the bytes it must read
-(every weight, of the input embedding table one row per slot, plus each slot's cache up to the cursor) over the
-bandwidth XLA reaches summing 512 MB in this run. Prompts are prefilled in buckets of 16, 32, ... 128 tokens (the
-fixed batches pad to the same buckets); the engine runs up to ``STEPS_PER_CALL`` generate steps per call.
+to first token is its request's whole latency, and it streams nothing); and tokens per CPU second (this process's
+CPU time over the run, all its threads): on a machine shared with other work the wall-time ratios move with the
+load from one system's run to the next, the CPU-time ratios much less. For the engine, where its scheduler's
+time went (prefill, insert, shift, generate calls) and the mean share of slots busy per generate step.
+
+Then one generate step with all 8 slots busy (one step per call, and the export's most; wall and CPU ms) against
+its memory roofline: the bytes it must read (every weight, of the input embedding table one row per slot, plus
+each slot's cache up to the cursor) over the bandwidth XLA reaches summing 512 MB in this run. Prompts are
+prefilled in buckets of 16, 32, ... 128 tokens (the fixed batches pad to the same buckets); the engine is exported
+for up to ``STEPS_PER_CALL`` generate steps per call and serves the workloads at ``SERVED_STEPS_PER_CALL``.
 Tokens: the engine's equal ``export_generate``'s for every request, and ``generate``'s alone for two of them.
 Targets (issue 31): >= 4x generate_batch's tokens/s, >= 1.5x fixed batches', p99 inter-token latency no worse than
 theirs; a busy step <= 1.3x its roofline.
@@ -65,7 +70,11 @@ SLOTS, CACHE, MAX_PROMPT = 8, 512, 128
 PROMPTS, NEW, POISSON_NEW = (8, 120), 64, (16, 128)
 BANDWIDTH_BYTES = 512 * 1024 ** 2
 BUCKETS = tuple(range(16, MAX_PROMPT + 1, 16))  # prompt lengths prefill is compiled for (fixed batches use them too)
-STEPS_PER_CALL = 4  # the engine's generate steps per call: a waiting request waits at most this many
+STEPS_PER_CALL = 4  # the most generate steps per call the engine is exported for (the busy step is timed at both)
+# the steps per call the workloads are served at: alternated in one process (16-request burst, load 5-7), 1 step per
+# call made the tokens/s of 4 (70.9 and 72.4 tokens per CPU s against 70.7 and 68.8) with the inter-token p99 near
+# half (542 and 851 ms against 958 and 1416): tokens come one call apart, not in bursts of 4
+SERVED_STEPS_PER_CALL = 1
 
 
 def main(options) -> None:
@@ -91,13 +100,16 @@ def main(options) -> None:
     print(f"export_engine: {time.perf_counter() - start:.0f} s")
     fixed = FixedBatches(model, max(n for _, n in burst + poisson), artifact.config.buckets)
     results = {}
-    with Engine(artifact, max_queue=4 * options.requests) as engine:
+    with Engine(artifact, max_queue=4 * options.requests, steps_per_call=SERVED_STEPS_PER_CALL) as engine:
         warm(engine)
+        engine_times = {}
         for name, workload, times in (("burst", burst, None), ("poisson", poisson, arrivals)):
+            before = engine.stats
             results[name, "engine"] = run_engine(engine, workload, times)
+            engine_times[name] = spent(before, engine.stats, SLOTS)
             results[name, "fixed batches of 8"] = fixed.run(workload, times)
         results["burst", "HF generate_batch"] = run_generate_batch(model, burst)
-        step_ms, roofline_ms, bandwidth = busy_step(engine, artifact, model, size)
+        step_ms, step_cpu_ms, roofline_ms, bandwidth = busy_step(engine, artifact, model, size)
 
     for name in ("burst", "poisson"):
         ours = results[name, "engine"]
@@ -108,16 +120,21 @@ def main(options) -> None:
         assert alone.tolist() in results["burst", "engine"].tokens, "tokens differ from generate alone"
     print("tokens: the engine's equal export_generate's for every request and generate's alone for two")
     print(f"{'workload':<9}{'system':<20}{'tokens/s':>9}{'x HF':>7}{'x fixed':>8}{'TTFT p50':>10}{'p99':>8}"
-          f"{'ITL p50':>9}{'p99':>8}  (ms)")
+          f"{'ITL p50':>9}{'p99':>8}  (ms){'tokens/CPU s':>14}{'x HF':>7}{'x fixed':>8}")
     for (name, system), r in results.items():
         hf = results.get((name, "HF generate_batch"))
         fixed_r = results[name, "fixed batches of 8"]
         print(f"{name:<9}{system:<20}{r.tokens_per_s:>9.1f}{r.tokens_per_s / hf.tokens_per_s if hf else float('nan'):>7.2f}"
               f"{r.tokens_per_s / fixed_r.tokens_per_s:>8.2f}{r.ttft(50):>10.0f}{r.ttft(99):>8.0f}"
-              f"{r.itl(50):>9.1f}{r.itl(99):>8.1f}")
+              f"{r.itl(50):>9.1f}{r.itl(99):>8.1f}{r.tokens_per_cpu_s:>20.1f}"
+              f"{r.tokens_per_cpu_s / hf.tokens_per_cpu_s if hf else float('nan'):>7.2f}"
+              f"{r.tokens_per_cpu_s / fixed_r.tokens_per_cpu_s:>8.2f}")
+    for name in ("burst", "poisson"):
+        print(f"engine, {name}: {engine_times[name]}")
     for per_call, ms in step_ms.items():
-        print(f"generate step, {SLOTS} slots busy, {per_call} step(s) per call: {ms:.2f} ms; roofline "
-              f"{roofline_ms:.2f} ms at {bandwidth / 1e9:.1f} GB/s: {ms / roofline_ms:.2f}x")
+        print(f"generate step, {SLOTS} slots busy, {per_call} step(s) per call: {ms:.2f} ms "
+              f"({step_cpu_ms[per_call]:.2f} CPU ms); roofline {roofline_ms:.2f} ms at {bandwidth / 1e9:.1f} GB/s: "
+              f"{ms / roofline_ms:.2f}x")
     print(f"load average at the end: {' '.join(f'{v:.1f}' for v in os.getloadavg())} on {os.cpu_count()} CPUs")
     targets = {"burst: engine >= 4x HF generate_batch": results["burst", "engine"].tokens_per_s
                / results["burst", "HF generate_batch"].tokens_per_s >= 4}
@@ -132,12 +149,15 @@ def main(options) -> None:
 
 
 class Result:
-    """Per request: arrival time, token times, tokens; over all: tokens/s."""
+    """Per request: arrival time, token times, tokens; over all: tokens/s, tokens per CPU second (``cpu_seconds``:
+    this process's CPU time over the run)."""
 
-    def __init__(self, arrivals: list[float], token_times: list[list[float]], tokens: list[list[int]]):
+    def __init__(self, arrivals: list[float], token_times: list[list[float]], tokens: list[list[int]],
+                 cpu_seconds: float):
         self.arrivals, self.token_times, self.tokens = arrivals, token_times, tokens
         made = sum(len(t) for t in tokens)
         self.tokens_per_s = made / (max(t[-1] for t in token_times) - min(arrivals))
+        self.tokens_per_cpu_s = made / cpu_seconds
 
     def ttft(self, q: float) -> float:
         return 1e3 * percentile([times[0] - a for a, times in zip(self.arrivals, self.token_times)], q)
@@ -173,6 +193,17 @@ def warm(engine: Engine) -> None:
         list(engine.submit([5] * bucket, max_new_tokens=2))
 
 
+def spent(before, after, slots: int) -> str:
+    """The engine's scheduler time between two ``Engine.stats``: seconds and calls per entry point, the steps run
+    and the mean share of slots busy in them."""
+    parts = [f"{entry} {after.seconds[entry] - before.seconds[entry]:.1f} s in "
+             f"{after.calls[entry] - before.calls[entry]} calls"
+             for entry in ("prefill", "insert", "shift", "generate")]
+    steps = after.steps - before.steps
+    busy = (after.busy_slot_steps - before.busy_slot_steps) / max(1, steps * slots)
+    return f"{', '.join(parts)}; {steps} steps, {100 * busy:.0f}% of slots busy"
+
+
 def arrive(times, submit) -> list[float]:
     """Call ``submit(i)`` at each arrival time (all at once where ``times`` is None); the arrival clock times."""
     start = time.perf_counter()
@@ -193,9 +224,10 @@ def run_engine(engine: Engine, workload, times) -> Result:
         prompt, count = workload[i]
         requests[i] = engine.submit(prompt, max_new_tokens=count)
     submit.workload = workload
+    cpu = time.process_time()
     stamps = arrive(times, submit)
     tokens = [list(r) for r in requests]
-    return Result(stamps, [r.token_times for r in requests], tokens)
+    return Result(stamps, [r.token_times for r in requests], tokens, time.process_time() - cpu)
 
 
 class FixedBatches:
@@ -223,10 +255,12 @@ class FixedBatches:
                 lock.notify()
         submit.workload = workload
         server = threading.Thread(target=self._serve, args=(workload, waiting, done, lock))
+        cpu = time.process_time()
         server.start()
         stamps = arrive(times, submit)
         server.join()
-        return Result(stamps, [done[i][1] for i in range(len(workload))], [done[i][0] for i in range(len(workload))])
+        return Result(stamps, [done[i][1] for i in range(len(workload))], [done[i][0] for i in range(len(workload))],
+                      time.process_time() - cpu)
 
     def _serve(self, workload, waiting, done, lock) -> None:
         while len(done) < len(workload):
@@ -253,28 +287,30 @@ def run_generate_batch(model, workload) -> Result:
     """transformers' continuous batching over the whole burst (its own scheduler and paged cache)."""
     config = GenerationConfig(max_new_tokens=workload[0][1], do_sample=False, eos_token_id=None, pad_token_id=0)
     model.generate_batch([p for p, _ in workload[:2]], config, progress_bar=False)  # warm
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     with torch.no_grad():
         outputs = model.generate_batch([p for p, _ in workload], config, record_timestamps=True, progress_bar=False)
+    cpu = time.process_time() - cpu
     ordered = sorted(outputs.values(), key=lambda o: int(o.request_id.rsplit("_", 1)[-1]))
-    return Result([start] * len(workload), [o.timestamps for o in ordered], [o.generated_tokens for o in ordered])
+    return Result([start] * len(workload), [o.timestamps for o in ordered], [o.generated_tokens for o in ordered], cpu)
 
 
-def busy_step(engine: Engine, artifact, model, size: dict) -> tuple[dict, float, float]:
-    """(ms per generate step with every slot busy, by steps per call: 1 and the engine's; its roofline in ms; the
-    bandwidth in bytes/s)."""
+def busy_step(engine: Engine, artifact, model, size: dict) -> tuple[dict, dict, float, float]:
+    """(ms per generate step with every slot busy, by steps per call: 1 and the export's most; the same in CPU ms; its
+    roofline in ms; the bandwidth in bytes/s)."""
     runner = engine._runner  # the engine is idle now: its runner's state is free to fill
     sampling = sampling_rows(1, size["vocab_size"])
     for slot in range(SLOTS):
         prompt = [5 + slot] * 64
         runner.insert(slot, len(prompt), 300, sampling, runner.prefill(prompt, sampling))
-    step_ms, steps, cursor = {}, 32, engine._table.cursor
-    for per_call in sorted({1, engine.steps_per_call}):
+    step_ms, step_cpu_ms, steps, cursor = {}, {}, 32, engine._table.cursor
+    for per_call in sorted({1, artifact.config.steps_per_call}):
         runner.generate(per_call)
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         for _ in range(steps // per_call):
             runner.generate(per_call)
         step_ms[per_call] = (time.perf_counter() - start) / (steps // per_call * per_call) * 1e3
+        step_cpu_ms[per_call] = (time.process_time() - cpu) / (steps // per_call * per_call) * 1e3
         cursor += per_call + steps // per_call * per_call
     cursor -= steps / 2  # the last run's mean cursor
     runner.reset()
@@ -292,7 +328,7 @@ def busy_step(engine: Engine, artifact, model, size: dict) -> tuple[dict, float,
         (embedding.shape[0] - SLOTS) * embedding.shape[1] * embedding.element_size()
     head_dim = size["hidden_size"] // size["num_attention_heads"]
     caches = 2 * size["num_hidden_layers"] * size["num_key_value_heads"] * head_dim * 4 * SLOTS * (cursor + 1)
-    return step_ms, (weights + caches) / bandwidth * 1e3, bandwidth
+    return step_ms, step_cpu_ms, (weights + caches) / bandwidth * 1e3, bandwidth
 
 
 if __name__ == "__main__":

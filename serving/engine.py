@@ -9,8 +9,11 @@ slots (``_steps_due``) and hands each live request its tokens at once, retiring 
 from __future__ import annotations
 
 import collections
+import contextlib
+import dataclasses
 import logging
 import threading
+import time
 
 import numpy as np
 
@@ -21,6 +24,17 @@ from .requests import (CANCELLED, LENGTH, STOP, QueueFull, Request, checked_max_
 from .scheduler import SlotTable
 
 LOG = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass
+class EngineStats:
+    """Where the scheduler thread's time went since the engine started: wall seconds and calls per entry point
+    (``prefill``, ``insert``, ``shift``, ``generate``), the generate steps run and, summed over them, the slots
+    that held a live request (``busy_slot_steps / (steps * slots)`` is the mean occupancy)."""
+    seconds: dict = dataclasses.field(default_factory=collections.Counter)
+    calls: dict = dataclasses.field(default_factory=collections.Counter)
+    steps: int = 0
+    busy_slot_steps: int = 0
 
 
 class Engine:
@@ -42,12 +56,13 @@ class Engine:
                              f"{steps_per_call!r}")
         self.steps_per_call = steps_per_call or most
         self._runner = artifact.runner(platform)
-        self._table = SlotTable(self.config.slots, self.config.max_cache_len, self.config.max_prompt_len)
+        self._table = self._empty_table()
         self._waiting: collections.deque[Request] = collections.deque()
         self._live: dict[int, Request] = {}  # by slot
         self._cancelled: set[Request] = set()
         self._lock = threading.Condition()
         self._closed = False
+        self._stats = EngineStats()
         self._thread = threading.Thread(target=self._serve, name="torch-stablehlo-engine", daemon=True)
         self._thread.start()
 
@@ -75,6 +90,13 @@ class Engine:
     @property
     def eos_token_ids(self) -> tuple[int, ...]:
         return self.config.eos_token_ids
+
+    @property
+    def stats(self) -> EngineStats:
+        """A copy of the time spent per entry point and the steps run so far (``EngineStats``)."""
+        with self._lock:
+            return EngineStats(collections.Counter(self._stats.seconds), collections.Counter(self._stats.calls),
+                               self._stats.steps, self._stats.busy_slot_steps)
 
     # -- requests -----------------------------------------------------------------
     def submit(self, prompt_ids, max_new_tokens: int = 64, do_sample=None, temperature=None, top_k=None, top_p=None,
@@ -140,7 +162,13 @@ class Engine:
                 for slot in list(self._live):
                     self._retire(slot, CANCELLED)
                 self._runner.reset()
-                self._table = SlotTable(self.config.slots, self.config.max_cache_len, self.config.max_prompt_len)
+                self._table = self._empty_table()
+
+    def _empty_table(self) -> SlotTable:
+        """The slot table of a fresh state: every slot free, the cursor at the longest bucket, where shifts leave
+        it (so a request of any prompt length finds room before it)."""
+        longest = self.config.max_prompt_len
+        return SlotTable(self.config.slots, self.config.max_cache_len, longest, floor=longest)
 
     def _retire_cancelled(self) -> None:
         for slot, request in list(self._live.items()):
@@ -161,20 +189,28 @@ class Engine:
                     return
                 self._waiting.popleft()
             if shift:
-                self._runner.shift(shift)
+                with self._timed("shift"):
+                    self._runner.shift(shift)
                 self._table.shifted(shift)
-            prefilled = self._runner.prefill(request.prompt, request.sampling)
+            with self._timed("prefill"):
+                prefilled = self._runner.prefill(request.prompt, request.sampling)
             first = int(np.asarray(prefilled.first_token)[0])
             finish = self._finish_reason(request, first, 1)
             request._push(first, finish)
             if finish is None:
                 slot = self._table.insert(request.prompt_tokens, request.max_new_tokens)
-                self._runner.insert(slot, request.prompt_tokens, request.max_new_tokens, request.sampling, prefilled)
+                with self._timed("insert"):
+                    self._runner.insert(slot, request.prompt_tokens, request.max_new_tokens, request.sampling,
+                                        prefilled)
                 self._live[slot] = request
 
     def _step(self) -> None:
         steps = self._steps_due()
-        tokens = self._runner.generate(steps)
+        with self._timed("generate"):
+            tokens = self._runner.generate(steps)
+        with self._lock:
+            self._stats.steps += steps
+            self._stats.busy_slot_steps += steps * len(self._live)
         self._table.stepped(steps)
         for slot, request in list(self._live.items()):
             for token in tokens[:, slot].tolist():
@@ -192,6 +228,17 @@ class Engine:
         with self._lock:
             waiting = bool(self._waiting)
         return max(1, min(self.steps_per_call, min(left) if waiting else max(left)))
+
+    @contextlib.contextmanager
+    def _timed(self, entry_point: str):
+        """Count the wall time of the block as a call of ``entry_point`` (``EngineStats``)."""
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._stats.seconds[entry_point] += time.perf_counter() - start
+                self._stats.calls[entry_point] += 1
 
     def _finish_reason(self, request: Request, token: int, made: int) -> str | None:
         if token in self.config.eos_token_ids:

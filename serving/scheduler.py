@@ -6,8 +6,10 @@ A request with a prompt of ``length`` tokens in a bucket of ``bucket`` columns i
 before the cursor, so its tokens take the columns from ``cursor - length`` (its start) to its last column,
 ``cursor + max_new_tokens - 1``, which must stay inside the cache. Every step moves the cursor one column on. To
 admit a request the cursor must be at least its bucket and leave room for its new tokens: if it does not, the rows
-shift left by as much as the live requests allow (none of their columns may fall off the front); with no live
-request the rows may move either way.
+shift left (none of the live requests' columns may fall off the front); with no live request the rows may move
+either way. A shift leaves the cursor at ``floor`` (the longest bucket) where it can: left lower, a later request
+with a longer prompt would find no room before the cursor, and would wait, holding the queue, until every live
+request ended (the rows cannot move right under them).
 """
 from __future__ import annotations
 
@@ -24,9 +26,11 @@ class Placed:
 class SlotTable:
     """The free slots, the live requests' columns and the cursor, as the device state has them."""
 
-    def __init__(self, slots: int, max_cache_len: int, cursor: int, compact_at: int | None = None):
+    def __init__(self, slots: int, max_cache_len: int, cursor: int, compact_at: int | None = None,
+                 floor: int | None = None):
         self.max_cache_len = max_cache_len
         self.cursor = cursor
+        self.floor = floor  # the lowest cursor a shift aims for (None: the bucket of the request placed)
         self.free = list(range(slots))
         self.live: dict[int, Placed] = {}
         # shift whenever this many columns can go (each step reads every column up to the cursor)
@@ -40,12 +44,15 @@ class SlotTable:
         """How far the rows must shift left (negative: right) before a request of this bucket and length can be
         inserted at the cursor; None if it cannot be now (it can once older requests finish)."""
         needed = self.cursor + max_new_tokens - self.max_cache_len  # at least this far, for its last column
+        floor = max(bucket, min(self.floor or bucket, self.max_cache_len - max_new_tokens))
         if not self.live:
-            return self.cursor - bucket if needed > 0 or self.cursor < bucket or self.cursor - bucket >= self.compact_at else 0
+            wanted = self.cursor - floor
+            return wanted if needed > 0 or self.cursor < bucket or wanted >= self.compact_at else 0
         most = min(min(p.start for p in self.live.values()), self.cursor - bucket)  # keeps the live columns
         if most < max(needed, 0):
             return None
-        return most if needed > 0 or most >= self.compact_at else 0
+        wanted = min(most, self.cursor - floor)  # no lower than the floor unless the request needs it
+        return max(needed, wanted) if needed > 0 or wanted >= self.compact_at else 0
 
     def shifted(self, by: int) -> None:
         self.cursor -= by

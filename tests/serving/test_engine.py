@@ -47,12 +47,19 @@ def engine(setup):
 
 def test_staggered_requests_are_token_exact_with_generate_alone(setup, engine):
     model, _, _, asked, expected, eos = setup
+    before = engine.stats
     ours, requests = staggered(engine, list(zip(asked, NEW)))
     assert ours == expected
     reasons = [r.finish_reason for r in requests]
     assert "stop" in reasons and "length" in reasons, reasons  # the eos ended some, max_new_tokens others
     assert all((r == "stop") == (tokens[-1] == eos) for r, tokens in zip(reasons, ours))
     assert engine.slots_busy == 0 and engine.queue_depth == 0
+    after = engine.stats  # one prefill per request, an insert per request its first token did not end
+    calls = {entry: after.calls[entry] - before.calls[entry] for entry in ("prefill", "insert", "generate")}
+    assert calls["prefill"] == len(asked) and calls["insert"] == sum(len(t) > 1 for t in ours), calls
+    steps, busy = after.steps - before.steps, after.busy_slot_steps - before.busy_slot_steps
+    assert calls["generate"] <= steps and sum(len(t) - 1 for t in ours) <= busy <= steps * SLOTS, (steps, busy)
+    assert all(after.seconds[entry] > before.seconds[entry] for entry in ("prefill", "generate"))
 
 
 def test_async_streams(setup, engine):

@@ -31,3 +31,17 @@ def test_an_idle_table_moves_either_way_and_compacts():
     slot = table.insert(prompt_len=3, max_new_tokens=8)
     table.release(slot)
     assert table.free == [slot] and table.busy == 0
+
+
+def test_shifts_leave_the_cursor_at_the_floor_so_a_longer_prompt_still_fits():
+    def after_a_short_prompt(floor):
+        table = SlotTable(slots=3, max_cache_len=64, cursor=16, compact_at=8, floor=floor)
+        table.release(table.insert(prompt_len=4, max_new_tokens=40))
+        table.cursor = 36  # the first request ran 20 steps and ended
+        shift = table.shift_for(bucket=8, max_new_tokens=20)
+        table.shifted(shift)
+        table.insert(prompt_len=5, max_new_tokens=20)
+        return shift, table.shift_for(bucket=16, max_new_tokens=20)
+
+    assert after_a_short_prompt(floor=16) == (20, 0)  # the cursor stays at the longest bucket: the next goes in
+    assert after_a_short_prompt(floor=None) == (28, None)  # at the short bucket: it waits for the live one to end
