@@ -124,7 +124,7 @@ BENCH_ARGS = {
 }
 # bench scripts make test leaves to CI's second step and make check-commands: 8 to 25 s of CPU each (fresh
 # processes, compiles), where make test has about a minute and a half for all of this module and test_packaging
-SLOW_BENCH = {"multi_gb_export.py", "convert_speed.py", "unrolled_vs_scanned.py", "warm_start.py",
+SLOW_BENCH = {"multi_gb_export.py", "convert_speed.py", "run_speed.py", "unrolled_vs_scanned.py", "warm_start.py",
               "tensor_parallel.py", "decode_speed.py", "generate_speed.py", "quantized_decode_speed.py", "load_trust.py",
               "serve_load.py", "auto_sharding.py"}
 COVERAGE_ARGS = ["--ops", "abs,nn.functional.relu", "--jobs", "1", "--out", "coverage-report"]
@@ -203,6 +203,9 @@ def cli(command: str, args: list[str]) -> Run:
              "verify": [args[1:2]], "inspect": [args[1:2]], "iree": [args[1:2]],
              "explore": [args[1:2], args[args.index("--divergence") + 1:][:1] if "--divergence" in args else []]}
     needs = [path for group in reads.get(subcommand, []) for path in group]
+    if subcommand == "iree":
+        return Run(command, [CLI, *args], slow=True, needs=needs,
+                   why="an IREE compile of the small GPT-2 (about 30 s of CPU): CI's second step")
     if subcommand == "coverage":
         return Run(command, [CLI, *args, *COVERAGE_ARGS], slow=True, why="two OpInfo entries, into this folder")
     if subcommand == "verify" and args[args.index("--golden") + 1] != "mlp":
