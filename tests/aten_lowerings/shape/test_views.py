@@ -246,3 +246,17 @@ def test_growing_resize_keeps_the_old_elements(size):
 ])
 def test_views_with_symbolic_batch(function):
     assert_lowers_with_symbolic_batch(function, make((4, 6, 5), normal=True))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64, torch.bool])
+def test_tensor_split_at_tensor_indices_reads_a_storage_offset(dtype):
+    """Splitting at a tensor of indices slices at data-dependent offsets: the graph asks each piece's storage
+    offset (``aten.sym_storage_offset``, 0 here: values are not views). The OpInfo sample reaches the size queries
+    through this test, not through the tensor_split entry (``tools.coverage.SIZE_QUERIES``)."""
+    def split(x, indices):
+        return torch.tensor_split(x, indices, dim=1)
+
+    x, indices = (torch.randn(3, 7) * 4).to(dtype), torch.tensor([2, 5])
+    program = torch.export.export(FunctionModule(split), (x, indices))
+    assert torch.ops.aten.sym_storage_offset.default in {node.target for node in program.graph.nodes}
+    assert_matches_eager(split, x, indices)
