@@ -63,15 +63,24 @@ def _seeded():
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "full_sweep_only: run only with --full-sweep (make test-full)")
+    config.addinivalue_line("markers", "fast_commands_only: make test's documented checks, left out by "
+                                       "--documented-commands slow (CI's second step runs only the slow ones)")
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     if not full_sweep(config):
-        slow = [item for item in items if item.get_closest_marker("full_sweep_only")]
-        if slow:
-            config.hook.pytest_deselected(items=slow)
-            items[:] = [item for item in items if not item.get_closest_marker("full_sweep_only")]
+        _deselect(config, items, "full_sweep_only")
+    if documented_commands(config) == "slow":
+        _deselect(config, items, "fast_commands_only")
+
+
+def _deselect(config, items, marker: str) -> None:
+    """Leave out (deselect, not skip) the items marked ``marker``."""
+    left_out = [item for item in items if item.get_closest_marker(marker)]
+    if left_out:
+        config.hook.pytest_deselected(items=left_out)
+        items[:] = [item for item in items if not item.get_closest_marker(marker)]
 
 
 class ModuleScheduling(LoadScopeScheduling):

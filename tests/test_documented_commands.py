@@ -654,11 +654,10 @@ def test_every_python_block_has_a_preamble():
     assert sorted(keys) == sorted(PYTHON_BLOCKS), "PYTHON_BLOCKS has entries for blocks README no longer shows"
 
 
-def test_readme_python_blocks(world, request):
+@pytest.mark.fast_commands_only  # make test runs them; CI's second step, the slow commands only, leaves them out
+def test_readme_python_blocks(world):
     """Every Python block, in one process (one import of torch, JAX, TF for all), each in a namespace of its own,
     in a folder of its own."""
-    if documented_commands(request.config) == "slow":
-        pytest.skip("make test runs them")
     folder = world / "python"
     folder.mkdir()
     shutil.copytree(world / "mypkg", folder / "mypkg")

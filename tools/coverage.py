@@ -216,11 +216,17 @@ def _escape(text: str) -> str:
 
 # -- the sample ``make test`` re-sweeps ----------------------------------------------------------
 
+SIZE_QUERIES = "aten.sym_"
+"""Ops that read a tensor's sizes, strides or storage offset (``aten.sym_size``, ``aten.sym_storage_offset``, ...):
+their lowerings never read the values, and unit tests check them (tests/aten_lowerings/shape/); as sample targets
+they cost make test the tensor_split entry (47 s), the one entry that reaches ``aten.sym_storage_offset``."""
+
+
 def sample_targets(report: dict) -> dict[str, set]:
     """What the sample must reach, from the report: every core ATen overload but the size queries
-    (``SIZE_QUERIES``) in every dtype a counted static sample exercised it in (``("static", op, dtype)``), every core overload a counted dynamic sample
-    exercised (``("dynamic", op)``), every op family (``aten_lowerings`` module) whose lowerings a counted
-    sample reached (``("family", module)``); by the entries that reach each."""
+    (``SIZE_QUERIES``) in every dtype a counted static sample exercised it in (``("static", op, dtype)``), every
+    core overload a counted dynamic sample exercised (``("dynamic", op)``), every op family (``aten_lowerings``
+    module) whose lowerings a counted sample reached (``("family", module)``); by the entries that reach each."""
     core = {row["op"] for row in report["ops"]}
     family = _families({op for entry in report["opinfo"].values()
                         for p in PASSES for ops in entry["aten_ops"][p].values() for op in ops.split()})
@@ -236,11 +242,6 @@ def sample_targets(report: dict) -> dict[str, set]:
                         reached.add(("family", family[op]))
     return targets
 
-
-SIZE_QUERIES = "aten.sym_"
-"""Ops that read a tensor's sizes, strides or storage offset (``aten.sym_size``, ``aten.sym_storage_offset``, ...):
-their lowerings never read the values, and unit tests check them (tests/aten_lowerings/shape/); as sample targets
-they cost make test the tensor_split entry (47 s), the one entry that reaches ``aten.sym_storage_offset``."""
 
 # A sample that does not pass splits its batch (``opinfo_sweep._settle``): one more export and compile, worth
 # about this many samples of a batch that passes.

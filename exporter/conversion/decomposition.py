@@ -28,10 +28,10 @@ from torch_stablehlo.aten_lowerings import lowering_for
 def decompositions(targets) -> dict:
     """torch.export's decomposition for each target, else the one in torch's wider table (ops such as
     ``addmv`` that torch.export keeps but core ATen does not have), else the composite implicit kernel."""
-    found = {}
+    export_table, found = _export_table(), {}
     for target in targets:
-        if target in _export_table():
-            found[target] = _export_table()[target]
+        if target in export_table:
+            found[target] = export_table[target]
         elif target in decomposition_table:
             found[target] = decomposition_table[target]
         elif isinstance(target, torch._ops.OpOverload) and target._can_decompose():

@@ -3,7 +3,8 @@
 decomposed, stacks of weights (``scan_layers``) folded, the signature read and the graph to lower chosen.
 
 What each graph writes in place is found once (``inplace.InPlaceWrites``): the unsupported targets, the mutations
-left to the re-trace (``decomposition.retraced``), the signature's input kinds and the graph walk all read that one value.
+left to the re-trace (``decomposition.retraced``), the signature's input kinds and the graph walk all read that one
+value.
 """
 from __future__ import annotations
 

@@ -14,7 +14,7 @@ from torch_stablehlo.exporter import export_to_stablehlo, find_divergence
 from torch_stablehlo.golden import zoo
 from torch_stablehlo.golden.quantized_zoo import pt2e_quantize
 
-from ..conftest import full_sweep
+from ..conftest import sampled
 
 aten = torch.ops.aten
 THIS_FILE = Path(__file__)
@@ -146,7 +146,7 @@ CLEAN_SAMPLE = ["mlp", "gpt2_2layer", "mlp_int8", "cond_heads"]
 
 def pytest_generate_tests(metafunc):
     if metafunc.function.__name__ == "test_clean_registry_finds_nothing_on_golden_models":
-        metafunc.parametrize("name", list(zoo.ZOO) if full_sweep(metafunc.config) else CLEAN_SAMPLE)
+        sampled(metafunc, "name", zoo.ZOO, CLEAN_SAMPLE)
 
 
 def test_clean_registry_finds_nothing_on_golden_models(name):

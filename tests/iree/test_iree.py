@@ -17,7 +17,7 @@ from torch_stablehlo.golden import dynamic, store, zoo
 from torch_stablehlo.stablehlo_ir.op_counts import count_ops
 from torch_stablehlo.tools.model_table import MODELS
 
-from ..conftest import full_sweep
+from ..conftest import sampled
 
 STATIC = ["mlp", "cnn", "gpt2_2layer", "gpt2_2layer_eager", "gpt2_12layer", "llama", "bert", "vit", "cond_heads",
           "rnn_scan", "decoder_scan_layers"]
@@ -30,11 +30,10 @@ DYNAMIC_SAMPLE = ["gpt2_2layer"]
 
 
 def pytest_generate_tests(metafunc):
-    full = full_sweep(metafunc.config)
     if metafunc.function.__name__ == "test_static_model_compiles_and_matches_golden":
-        metafunc.parametrize("name", STATIC if full else STATIC_SAMPLE)
+        sampled(metafunc, "name", STATIC, STATIC_SAMPLE)
     elif metafunc.function.__name__ == "test_dynamic_text_model_specialised_matches_eager":
-        metafunc.parametrize("name", DYNAMIC if full else DYNAMIC_SAMPLE)
+        sampled(metafunc, "name", DYNAMIC, DYNAMIC_SAMPLE)
 
 
 def run_in_iree(vmfb: bytes, artifact, args: tuple, kwargs: dict) -> list[torch.Tensor]:

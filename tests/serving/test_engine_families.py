@@ -7,7 +7,7 @@ import pytest
 
 from torch_stablehlo import exporter
 from torch_stablehlo.serving import Engine
-from tests.conftest import full_sweep
+from tests.conftest import sampled
 
 from .engine_models import generated, prompts, staggered, tiny
 
@@ -18,7 +18,7 @@ REQUESTS = list(zip(prompts((7, 12, 4, 10)), (12, 8, 14, 6)))
 
 def pytest_generate_tests(metafunc):
     if "family" in metafunc.fixturenames:
-        metafunc.parametrize("family", SAMPLE + (SWEPT if full_sweep(metafunc.config) else ()))
+        sampled(metafunc, "family", SAMPLE + SWEPT, SAMPLE)
 
 
 def test_staggered_requests_are_token_exact_with_generate_alone(family):

@@ -14,7 +14,7 @@ from torch.export import Dim
 
 from torch_stablehlo.exporter import export_to_stablehlo
 
-from ...conftest import full_sweep
+from ...conftest import sampled
 from ...support import make
 
 SIZES = [(2, 3, 5), (4, 7, 5), (9, 2, 5)]  # (a, b, 5) with a and b symbolic; the first is the export example
@@ -23,7 +23,7 @@ SAMPLE = [0, 1, 2, 32, 36, 37]  # the last three once came back with their input
 
 def pytest_generate_tests(metafunc):
     if "program" in metafunc.fixturenames:
-        metafunc.parametrize("program", range(40) if full_sweep(metafunc.config) else SAMPLE)
+        sampled(metafunc, "program", range(40), SAMPLE)
 
 
 def _regroup(rng: random.Random, count: int) -> list[int]:
