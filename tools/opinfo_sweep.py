@@ -19,11 +19,13 @@ cannot export that way (it specialised the dim) is ``not_exportable``.
 """
 from __future__ import annotations
 
+import random
 import re
 import warnings
 from dataclasses import dataclass, field
 from functools import lru_cache
 
+import numpy as np
 import torch
 import torch.utils._pytree as pytree
 
@@ -33,6 +35,8 @@ DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.int32, torch.int64
 MAX_SAMPLES = 4
 STATUS = {"passed": "P", "failed": "F", "errored": "E", "not_exportable": "X", "random": "R", "eager_error": "G"}
 COUNTED = ("passed", "failed", "errored")
+SAMPLE_SEED = 1234
+"""The seed ``torch.testing``'s ``set_rng_seed`` gives every generator before each sample (its ``SEED``)."""
 UNINITIALIZED = {"empty", "empty_like", "empty_permuted", "empty_strided", "new_empty", "new_empty_strided"}
 """Entries whose values are undefined (uninitialised memory in eager): only shapes and dtypes are compared."""
 
@@ -77,12 +81,34 @@ def sweep_op(name: str, *, dynamic: bool = False, dtypes: list[str] | None = Non
 
 
 def _samples(info, dtype: torch.dtype) -> list:
-    torch.manual_seed(0)
+    _seed(0)
     try:
-        return [_Sample(info, sample, dtype)
-                for _, sample in zip(range(MAX_SAMPLES), info.sample_inputs("cpu", dtype))]
+        return [_Sample(info, sample, dtype) for _, sample in zip(range(MAX_SAMPLES), sample_inputs(info, dtype))]
     except Exception as error:  # torch's own sample generator; nothing of ours ran
         return [_Settled(SampleResult("eager_error", f"sample_inputs raised: {_first_line(error)}"))]
+
+
+def sample_inputs(info, dtype: torch.dtype, requires_grad: bool = False):
+    """The samples ``info.sample_inputs("cpu", dtype, requires_grad)`` gives, drawn the same way (every
+    generator seeded with ``SAMPLE_SEED`` before each sample), without its cost outside a
+    ``unittest.TestCase``: it walks the caller's stack with ``inspect.stack()`` (source lines of every frame,
+    each frame's module looked up among all loaded modules) to find a test method there is none of, and each
+    ``torch.manual_seed`` formats the stack for CUDA's lazy seeding; under pytest that was about a second of
+    CPU per entry."""
+    samples = iter(info.sample_inputs_func(info, "cpu", dtype, requires_grad))
+    while True:
+        _seed(SAMPLE_SEED)
+        try:
+            yield next(samples)
+        except StopIteration:
+            return
+
+
+def _seed(seed: int) -> None:
+    """``torch.testing``'s ``set_rng_seed``, the CPU generators only."""
+    torch.random.default_generator.manual_seed(seed)
+    random.seed(seed)
+    np.random.seed(seed)
 
 
 def _settle(samples: list, dynamic: bool) -> None:
@@ -201,7 +227,7 @@ class _Sample:
         return True
 
     def _seeded_call(self, seed: int):
-        torch.manual_seed(seed)
+        torch.random.default_generator.manual_seed(seed)
         with torch.no_grad():
             return self.call(*[t.clone() for t in self.tensors])
 

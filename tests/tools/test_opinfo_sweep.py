@@ -34,11 +34,13 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
+import torch.utils._pytree as pytree
 
 from torch_stablehlo.aten_lowerings.registry import lowering_for, op_name
 from torch_stablehlo.tools.coverage import (SIZE_QUERIES, core_aten_ops, letters, sample_targets, sweep_entry,
                                             sweep_sample)
-from torch_stablehlo.tools.opinfo_sweep import COUNTED, STATUS, opinfos
+from torch_stablehlo.tools.opinfo_sweep import COUNTED, STATUS, opinfos, sample_inputs
 from torch_stablehlo.quantize import quantized_lowerings
 
 from ..conftest import full_sweep
@@ -87,6 +89,29 @@ def test_sample_covers_the_report():
     columns |= {("dynamic", row["op"]) for row in REPORT["ops"]
                 if sum(row["dynamic"]) and not row["op"].startswith(SIZE_QUERIES)}
     assert columns == {target for target in reached if target[0] != "family"}
+
+
+@pytest.mark.parametrize("name, dtype", [("addmm", torch.float32), ("nn.functional.dropout", torch.float32),
+                                         ("randint_like", torch.int64), ("index_put", torch.bfloat16)])
+def test_samples_are_torchs_own(name, dtype):
+    """``sample_inputs`` gives what ``OpInfo.sample_inputs`` gives (same values, the same seeding before each
+    sample), for entries whose generators draw random tensors, return a list or yield lazily."""
+    info = opinfos()[name]
+    for grad in (False, True):
+        torch.manual_seed(7)
+        theirs = list(info.sample_inputs("cpu", dtype, requires_grad=grad and dtype.is_floating_point))
+        torch.manual_seed(7)
+        ours = list(sample_inputs(info, dtype, requires_grad=grad and dtype.is_floating_point))
+        assert len(ours) == len(theirs) > 0
+        for mine, torchs in zip(ours, theirs):
+            flat_mine, flat_torchs = (pytree.tree_leaves([s.input, s.args, s.kwargs]) for s in (mine, torchs))
+            assert len(flat_mine) == len(flat_torchs)
+            for a, b in zip(flat_mine, flat_torchs):
+                if isinstance(a, torch.Tensor):
+                    torch.testing.assert_close(a, b, rtol=0, atol=0, equal_nan=True)
+                    assert a.requires_grad == b.requires_grad
+                else:
+                    assert a == b or (a != a and b != b)
 
 
 @pytest.fixture(autouse=True)
