@@ -48,9 +48,17 @@ def sweep_entry(name: str) -> dict:
     trace has every dim specialised and cannot be relaxed to symbolic dims afterwards, so torch.export must
     re-trace; what the passes could share (the samples and their eager results) is a few percent of an
     entry's cost next to export (about half) and XLA compilation (about a third)."""
-    static = sweep_op(name)
+    static = sweep_pass(name, "static")
     passing = [dtype for dtype, results in static.items() if any(r.status == "passed" for r in results)]
-    return {"static": static, "dynamic": sweep_op(name, dynamic=True, dtypes=passing[:1]) if passing else {}}
+    return {"static": static, "dynamic": sweep_pass(name, "dynamic", passing[:1])}
+
+
+def sweep_pass(name: str, which: str, dtypes: list[str] | None = None) -> dict[str, list]:
+    """One pass (``PASSES``) of one OpInfo entry, in ``dtypes`` (default: every dtype of ``DTYPES`` the entry
+    supports); the dynamic pass sweeps only the dtypes given."""
+    if which == "static":
+        return sweep_op(name, dtypes=dtypes)
+    return sweep_op(name, dynamic=True, dtypes=dtypes) if dtypes else {}
 
 
 def run_sweep(names: list[str], jobs: int | None = None) -> dict[str, dict]:
@@ -222,18 +230,19 @@ their lowerings never read the values, and unit tests check them (tests/aten_low
 they cost make test the tensor_split entry (47 s), the one entry that reaches ``aten.sym_storage_offset``."""
 
 
-def sample_targets(report: dict) -> dict[str, set]:
+def sample_targets(report: dict) -> dict[tuple[str, str], set]:
     """What the sample must reach, from the report: every core ATen overload but the size queries
     (``SIZE_QUERIES``) in every dtype a counted static sample exercised it in (``("static", op, dtype)``), every
     core overload a counted dynamic sample exercised (``("dynamic", op)``), every op family (``aten_lowerings``
-    module) whose lowerings a counted sample reached (``("family", module)``); by the entries that reach each."""
+    module) whose lowerings a counted sample reached (``("family", module)``); by the passes of the entries that
+    reach each, ``(entry, pass)``."""
     core = {row["op"] for row in report["ops"]}
     family = _families({op for entry in report["opinfo"].values()
                         for p in PASSES for ops in entry["aten_ops"][p].values() for op in ops.split()})
-    targets: dict[str, set] = {}
+    targets: dict[tuple[str, str], set] = {}
     for name, entry in report["opinfo"].items():
-        reached = targets.setdefault(name, set())
         for p in PASSES:
+            reached = targets.setdefault((name, p), set())
             for dtype, ops in entry["aten_ops"][p].items():
                 for op in ops.split():
                     if op in core and not op.startswith(SIZE_QUERIES):
@@ -243,25 +252,27 @@ def sample_targets(report: dict) -> dict[str, set]:
     return targets
 
 
-# A sample that does not pass splits its batch (``opinfo_sweep._settle``): one more export and compile, worth
-# about this many samples of a batch that passes.
+# A pass costs one export and one compile of all its samples, worth about this many samples (the dynamic pass of
+# acos, 3 samples, takes about 40% of its static pass, 18 samples); a sample that does not pass splits its batch
+# (``opinfo_sweep._settle``): one more export and compile.
+PASS_COST = 10
 SPLIT_COST = 10
 
 
-def sweep_sample(report: dict) -> list[str]:
-    """The fixed sample of OpInfo entries ``make test`` re-sweeps: a greedy cover of ``sample_targets`` (each
-    step takes the entry reaching the most targets not yet reached per unit of its estimated cost: its samples,
-    plus ``SPLIT_COST`` for each that does not pass; ties by name). Deterministic: a function of the report (and
-    of which module registers each lowering)."""
+def sweep_sample(report: dict) -> list[tuple[str, str]]:
+    """The fixed sample of OpInfo passes ``make test`` re-sweeps, as ``(entry, pass)``: a greedy cover of
+    ``sample_targets`` (each step takes the pass reaching the most targets not yet reached per unit of its
+    estimated cost: ``PASS_COST`` plus its samples, plus ``SPLIT_COST`` for each that does not pass; ties by
+    name). Deterministic: a function of the report (and of which module registers each lowering)."""
     reaches = sample_targets(report)
-    cost = {name: sum(len(letters) + SPLIT_COST * sum(letter != STATUS["passed"] for letter in letters)
-                      for p in PASSES for letters in entry[p].values()) or 1
-            for name, entry in report["opinfo"].items()}
-    chosen: list[str] = []
+    cost = {(name, p): PASS_COST + sum(len(letters) + SPLIT_COST * sum(letter != STATUS["passed"] for letter in letters)
+                                       for letters in report["opinfo"][name][p].values())
+            for name, p in reaches}
+    chosen: list[tuple[str, str]] = []
     reached: set = set()
     wanted = set().union(*reaches.values())
     while reached != wanted:
-        best = max(sorted(set(reaches) - set(chosen)), key=lambda name: len(reaches[name] - reached) / cost[name])
+        best = max(sorted(set(reaches) - set(chosen)), key=lambda key: len(reaches[key] - reached) / cost[key])
         chosen.append(best)
         reached |= reaches[best]
     return sorted(chosen)

@@ -4,30 +4,30 @@ statuses the report records, the lowering column matches the registry, and the h
 A sample the report records as failed that passes now only means the report is out of date (regenerate
 it with ``make coverage``); every other difference fails.
 
-Which entries are swept: re-sweeping all ~700 op_db entries (static and dynamic passes) takes most of an
-hour of CPU, so ``make test`` checks a fixed sample, ``tools.coverage.sweep_sample(report)``, computed from
-the committed report (and, for families, the module registering each lowering): no randomness, the same
-sample on every run until the report changes. It holds
+Which passes are swept: re-sweeping all ~700 op_db entries (static and dynamic passes) takes most of an hour
+of CPU, so ``make test`` checks a fixed sample of passes, ``tools.coverage.sweep_sample(report)``, computed from
+the committed report (and, for families, the module registering each lowering): no randomness, the same sample on
+every run until the report changes. It holds
 
 a greedy cover, cheapest first per new target, of: every core ATen overload in every dtype in which a
-  counted static sample exercised it (the report's per-op columns), every core overload the dynamic pass
-  exercised, and every op family (``aten_lowerings`` module) whose lowerings the sweep reaches. The report
-  stores the overloads each entry's counted samples exercised (``aten_ops``, after our decompositions),
-  which is what the cover is computed from. An entry's cost is its samples, plus the extra compiles a sample that
-does not pass causes (the sweep splits its batch): the recorded failures are left to the full sweep unless the
-cover needs them (a failure that turns into a pass only means the report is out of date; what ``make test``
-guards is the passing lowerings).
+  counted static sample exercised it (the report's per-op columns; static passes reach these), every core
+  overload the dynamic pass exercised (dynamic passes), and every op family (``aten_lowerings`` module) whose
+  lowerings the sweep reaches (either). The report stores the overloads each entry's counted samples
+  exercised per pass (``aten_ops``, after our decompositions), which is what the cover is computed from. A
+  pass's cost is one export and compile plus its samples, plus the extra compiles a sample that does not pass
+  causes (the sweep splits its batch): the recorded failures are left to the full sweep unless the cover needs
+  them (a failure that turns into a pass only means the report is out of date; what ``make test`` guards is
+  the passing lowerings).
 
-Each sampled entry is swept exactly as in the full sweep (every sample, both passes) and compared with the
-report by the same rule. Why that is enough: a lowering is a function of the overload and the dtype, so a
-regression in a core op's lowering in any dtype the sweep exercises shows in at least one sampled entry;
-every lowering module is entered.
+Each sampled pass is swept exactly as in the full sweep (every sample; the dynamic pass in the dtype the report
+chose for it) and compared with the report by the same rule. Why that is enough: a lowering is a function of the
+overload and the dtype, so a regression in a core op's lowering in any dtype the sweep exercises shows in at
+least one sampled pass; every lowering module is entered.
 What only the full sweep sees: non-core overloads with a rule of their own (special functions, linalg
 variants, ...) that only left-out entries reach (their unit tests under tests/aten_lowerings still run),
-and left-out entries' other sample shapes. Covering every lowered overload x dtype too would take about
-twice the entries (374), so it is left to ``--full-sweep``. ``test_sample_covers_the_report`` checks the
-claims above against the report. The full sweep stays available: ``pytest --full-sweep`` (or
-``TORCH_STABLEHLO_FULL_SWEEP=1``) checks every entry, ``make coverage`` regenerates the report."""
+and left-out passes' other sample shapes. ``test_sample_covers_the_report`` checks the claims above against the
+report. The full sweep stays available: ``pytest --full-sweep`` (or ``TORCH_STABLEHLO_FULL_SWEEP=1``) checks
+both passes of every entry, ``make coverage`` regenerates the report."""
 from __future__ import annotations
 
 import json
@@ -38,12 +38,12 @@ import torch
 import torch.utils._pytree as pytree
 
 from torch_stablehlo.aten_lowerings.registry import lowering_for, op_name
-from torch_stablehlo.tools.coverage import (SIZE_QUERIES, core_aten_ops, letters, sample_targets, sweep_entry,
-                                            sweep_sample)
+from torch_stablehlo.tools.coverage import (PASSES, SIZE_QUERIES, core_aten_ops, letters, sample_targets,
+                                            sweep_pass, sweep_sample)
 from torch_stablehlo.tools.opinfo_sweep import COUNTED, STATUS, opinfos, sample_inputs
 from torch_stablehlo.quantize import quantized_lowerings
 
-from ..conftest import full_sweep
+from ..conftest import sampled
 
 REPORT = json.loads((Path(__file__).parents[2] / "docs" / "coverage.json").read_text())
 PASSED, FAILED = STATUS["passed"], STATUS["failed"]
@@ -52,7 +52,8 @@ UNCOUNTED = {STATUS[s] for s in STATUS if s not in COUNTED}  # e.g. lstsq: eager
 
 def pytest_generate_tests(metafunc):
     if metafunc.function.__name__ == "test_sweep_matches_report":
-        metafunc.parametrize("name", sorted(opinfos()) if full_sweep(metafunc.config) else sweep_sample(REPORT))
+        sampled(metafunc, "name, which", lambda: [(name, p) for name in sorted(opinfos()) for p in PASSES],
+                sweep_sample(REPORT), ids=lambda value: value)
 
 
 def test_report_rows_match_the_registry():
@@ -79,7 +80,8 @@ def test_sample_covers_the_report():
     """The sample reaches every core op x dtype of the report's per-op columns, every core op of its dynamic
     column (size queries aside: unit tests check them) and every op family."""
     sample = sweep_sample(REPORT)
-    assert sample == sorted(set(sample)) and set(sample) <= set(REPORT["opinfo"])
+    assert sample == sorted(set(sample)) and {name for name, _ in sample} <= set(REPORT["opinfo"])
+    assert {p for _, p in sample} == set(PASSES)
     reaches = sample_targets(REPORT)
     reached = set().union(*(reaches[name] for name in sample))
     assert reached == set().union(*reaches.values())
@@ -120,15 +122,15 @@ def _no_disk_cache(monkeypatch):
     monkeypatch.setenv("TORCH_STABLEHLO_CACHE_DIR", "off")
 
 
-def test_sweep_matches_report(name):
-    recorded = REPORT["opinfo"][name]
-    swept = sweep_entry(name)
-    for which, results in swept.items():
-        now, then = letters(results), recorded[which]
-        assert sorted(now) == sorted(then), f"{name} ({which}): dtypes swept differ from the report"
-        for dtype in now:
-            mismatched = [(i, was, got) for i, (was, got) in enumerate(zip(then[dtype], now[dtype]))
-                          if was != got and not (was == FAILED and got == PASSED) and not {was, got} <= UNCOUNTED]
-            reasons = [results[dtype][i].reason for i, _, _ in mismatched]
-            assert len(now[dtype]) == len(then[dtype]) and not mismatched, (
-                f"{name} ({which}, {dtype}): report says {then[dtype]}, sweep gives {now[dtype]}: {reasons}")
+def test_sweep_matches_report(name, which):
+    recorded = REPORT["opinfo"][name][which]
+    # the dynamic pass runs in the dtype the report's static pass chose for it (the first with a passing sample)
+    results = sweep_pass(name, which, list(recorded) if which == "dynamic" else None)
+    now = letters(results)
+    assert sorted(now) == sorted(recorded), f"{name} ({which}): dtypes swept differ from the report"
+    for dtype in now:
+        mismatched = [(i, was, got) for i, (was, got) in enumerate(zip(recorded[dtype], now[dtype]))
+                      if was != got and not (was == FAILED and got == PASSED) and not {was, got} <= UNCOUNTED]
+        reasons = [results[dtype][i].reason for i, _, _ in mismatched]
+        assert len(now[dtype]) == len(recorded[dtype]) and not mismatched, (
+            f"{name} ({which}, {dtype}): report says {recorded[dtype]}, sweep gives {now[dtype]}: {reasons}")
