@@ -12,16 +12,16 @@ import torch.utils._pytree as pytree
 from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
 from torch_stablehlo.aten_lowerings import RNG_SEED_DTYPE, RNG_SEED_NAME, call_time_sizes, uses_random
-from torch_stablehlo.exported_program import (HELD_KINDS, INPUT_KINDS, INPUT_UPDATE, OUTPUT_KINDS, STATE, STATE_UPDATE,
+from torch_stablehlo.exported_program import (HELD_KINDS, INPUT_KINDS, OUTPUT_KINDS, STATE, STATE_UPDATE,
                                               USER_INPUT, USER_OUTPUT, WEIGHT_KINDS)
 from torch_stablehlo.stablehlo_ir.dtypes import PYTHON_SCALAR_DTYPES, scalar_type
 from torch_stablehlo.stablehlo_ir.platforms import PLATFORMS
-from torch_stablehlo.stablehlo_ir.shardy import Spec, num_devices, spec_text
+from torch_stablehlo.stablehlo_ir.shardy import Spec, num_devices
 from torch_stablehlo.stablehlo_ir.specs import TensorSpec, dtype_name
 
 from ..errors import ExportError
-from ..terminal import printable
 from . import symbolic_dims
+from .signature_text import signature_text
 from .trees import load_treespec
 
 
@@ -196,30 +196,7 @@ class Signature:
         return self.live_trees[1] if self.live_trees else load_treespec(self.out_spec)
 
     def __str__(self) -> str:
-        lines = [f"mesh: {self.mesh} ({self.num_devices} devices)"] if self.mesh else []
-        if self.takes_platform_index:
-            lines.append(f"platforms: {', '.join(self.platforms)} (@main takes the platform index first)")
-        lines.append("inputs:")
-        lines += [f"  {s.tensor.name}: {s.scalar} {s.value}" if s.scalar else
-                  f"  {s.tensor.name}: {s.tensor.dtype}{list(s.tensor.shape)}{_sharding_note(s)}"
-                  for s in self.user_inputs if s.tensor]
-        lines += [f"  {name} in [{low}, {'inf' if high is None else high}]" for name, (low, high) in self.dims.items()]
-        sharded = [s for s in self.weights if s.sharding is not None]
-        lines.append(f"weights: {len(self.weights)} tensors" + (
-            f" ({len(sharded)} sharded; the others as XLA's propagation decides)" if self.mesh else ""))
-        lines += [f"  {s.name}: {s.tensor.dtype}{list(s.tensor.shape)}{_sharding_note(s)}" for s in sharded]
-        if self.state:
-            lines.append(f"state: {len(self.state)} tensors, carried from call to call")
-            lines += [f"  {s.name}: {s.tensor.dtype}{list(s.tensor.shape)}" for s in self.state]
-        lines.append("outputs:")
-        lines += [f"  {s.tensor.name}: {s.scalar or s.tensor.dtype}{'' if s.scalar else list(s.tensor.shape)}"
-                  if s.tensor else f"  constant: {s.value!r}" for s in self.user_outputs]
-        lines += [f"  updates input {s.target}" for s in self.outputs if s.kind == INPUT_UPDATE]
-        return "\n".join(printable(line) for line in lines)  # names and values may come from a bundle
-
-
-def _sharding_note(slot: InputSlot) -> str:
-    return f"  sharded {spec_text(slot.sharding)}" if slot.sharding is not None else ""
+        return signature_text(self)
 
 
 OUTPUT_SLOT_KINDS = frozenset(OUTPUT_KINDS.values())
