@@ -80,23 +80,28 @@ RNG_SEED_SLOT = InputSlot(RNG_SEED, RNG_SEED, None, TensorSpec(RNG_SEED, dtype_n
 @dataclass(frozen=True)
 class Signature:
     """``@main``'s calling convention: its arguments and results, the pytrees a call's inputs and outputs make
-    around them, their symbolic dims, the mesh and the platforms it is lowered for. Fixed once made."""
-    inputs: list[InputSlot]
-    outputs: list[OutputSlot]
+    around them, their symbolic dims, the mesh and the platforms it is lowered for. Fixed once made: the sequences
+    given are held as tuples, and a changed convention is a new one (``dataclasses.replace``)."""
+    inputs: Sequence[InputSlot]
+    outputs: Sequence[OutputSlot]
     in_spec: str                   # pytree spec of (args, kwargs), as torch's treespec_dumps
     out_spec: str
     dims: dict[str, list] = field(default_factory=dict)  # symbolic dim -> [min, max] (max None: unbounded)
     # data-dependent sizes (torch's u0, ...) of output dims: @main returns them, in this order, after its
     # outputs (as 0-d int64), and the outputs come back padded along those dims (see ``output_values``)
-    sizes: list[str] = field(default_factory=list)
+    sizes: Sequence[str] = ()
     mesh: dict[str, int] | None = None  # device mesh (axis -> size) @main is partitioned over; None: one device
-    arg_names: list[str] = field(default_factory=list)  # forward's positional parameters, which calls may name
+    arg_names: Sequence[str] = ()  # forward's positional parameters, which calls may name
     # the platforms @main is lowered for, in the order its platform index counts them (see takes_platform_index);
     # none recorded in a bundle made before they were: lowered for one
-    platforms: list[str] = field(default_factory=list)
+    platforms: Sequence[str] = ()
     # (in_spec, out_spec) as TreeSpecs where this process exported the program: their exact types (the strings
     # above name tuple subclasses torch cannot serialise as plain tuples); None: read from the strings
     live_trees: tuple | None = field(default=None, repr=False, compare=False)
+
+    def __post_init__(self):
+        for name in ("inputs", "outputs", "sizes", "arg_names", "platforms"):
+            object.__setattr__(self, name, tuple(getattr(self, name)))
 
     @property
     def weights(self) -> list[InputSlot]:
