@@ -15,8 +15,7 @@ from torch_stablehlo.aten_lowerings import RNG_SEED_DTYPE, RNG_SEED_NAME, call_t
 from torch_stablehlo.exported_program import (HELD_KINDS, INPUT_KINDS, OUTPUT_KINDS, STATE, STATE_UPDATE,
                                               USER_INPUT, USER_OUTPUT, WEIGHT_KINDS)
 from torch_stablehlo.stablehlo_ir.dtypes import PYTHON_SCALAR_DTYPES, scalar_type
-from torch_stablehlo.stablehlo_ir.platforms import PLATFORMS
-from torch_stablehlo.stablehlo_ir.shardy import Spec, num_devices
+from torch_stablehlo.stablehlo_ir.shardy import Spec
 from torch_stablehlo.stablehlo_ir.specs import TensorSpec, dtype_name
 
 from ..errors import ExportError
@@ -149,16 +148,6 @@ class Signature:
         """Each ``@main`` argument's sharding (None: not given, left to XLA's propagation)."""
         return [s.sharding for s in self.main_inputs]
 
-    def sharded(self, mesh: dict[str, int], specs: dict[str, Spec]) -> "Signature":
-        """This signature over ``mesh``, with the input and weight slots named in ``specs`` split as they say."""
-        inputs = [dataclasses.replace(s, sharding=specs[s.name]) if s.name in specs else s for s in self.inputs]
-        return dataclasses.replace(self, inputs=inputs, mesh=dict(mesh))
-
-    @property
-    def num_devices(self) -> int:
-        """How many devices ``@main`` runs on (SPMD over the mesh's devices)."""
-        return num_devices(self.mesh)
-
     @property
     def call_sizes(self) -> list[str]:
         """The sizes a call gives (``CALL_SIZE``), in ``@main``'s order."""
@@ -207,18 +196,6 @@ class Signature:
 OUTPUT_SLOT_KINDS = frozenset(OUTPUT_KINDS.values())
 INPUT_SLOT_KINDS = frozenset({kind.name for kind in INPUT_KINDS.values()} | {STATE, RNG_SEED})
 """The kinds an input slot may have (a manifest's are checked against them)."""
-
-
-def checked_platforms(platforms) -> list[str]:
-    """``platforms`` (JAX's names, ``PLATFORMS``, each once) as a list; raises ValueError naming a bad one."""
-    if isinstance(platforms, str) or not platforms or not all(isinstance(p, str) for p in platforms):
-        raise ValueError(f"platforms: expected a non-empty sequence of platform names such as ('cpu', 'cuda'), "
-                         f"got {platforms!r}")
-    unknown = [p for p in platforms if p not in PLATFORMS]
-    if unknown or len(set(platforms)) != len(platforms):
-        problem = f"unknown {', '.join(map(repr, unknown))}" if unknown else "a platform named twice"
-        raise ValueError(f"platforms={tuple(platforms)!r}: {problem}; each is one of {PLATFORMS}, once")
-    return list(platforms)
 
 
 def signature_of(ep: torch.export.ExportedProgram, kinds: Sequence[str | None]) -> Signature:
