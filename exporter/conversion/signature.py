@@ -80,7 +80,13 @@ RNG_SEED_SLOT = InputSlot(RNG_SEED, RNG_SEED, None, TensorSpec(RNG_SEED, dtype_n
 class Signature:
     """``@main``'s calling convention: its arguments and results, the pytrees a call's inputs and outputs make
     around them, their symbolic dims, the mesh and the platforms it is lowered for. Fixed once made: the sequences
-    given are held as tuples, and a changed convention is a new one (``dataclasses.replace``)."""
+    given are held as tuples, and a changed convention is a new one (``dataclasses.replace``).
+
+    Each question about the inputs has one member: by kind, ``weights``, ``state``, ``held_inputs`` (both, as
+    ``@main`` takes them first), ``user_inputs``, ``call_sizes``; by position, ``main_inputs`` (``@main``'s
+    arguments) and ``caller_inputs`` (those less the platform index). About the outputs: ``user_outputs``,
+    ``main_outputs`` (``@main``'s results), ``state_results`` and ``call_size_results`` (positions among them).
+    A call's checks are ``calls``', the text ``signature_text``'s, the JSON ``formats.manifest_schema``'s."""
     inputs: Sequence[InputSlot]
     outputs: Sequence[OutputSlot]
     in_spec: str                   # pytree spec of (args, kwargs), as torch's treespec_dumps
@@ -104,6 +110,8 @@ class Signature:
 
     @property
     def weights(self) -> list[InputSlot]:
+        """The parameters, buffers and lifted constants the program only reads (``WEIGHT_KINDS``): the artifact holds
+        them."""
         return [s for s in self.inputs if s.kind in WEIGHT_KINDS]
 
     @property
@@ -123,6 +131,7 @@ class Signature:
 
     @property
     def user_inputs(self) -> list[InputSlot]:
+        """The inputs a call passes (``forward``'s), tensors or not, in placeholder order."""
         return [s for s in self.inputs if s.kind == USER_INPUT]
 
     @property
@@ -167,6 +176,7 @@ class Signature:
 
     @property
     def user_outputs(self) -> list[OutputSlot]:
+        """What ``forward`` returns, leaf by leaf (``out_tree``): ``@main``'s results and the constants."""
         return [s for s in self.outputs if s.kind == USER_OUTPUT]
 
     @property
