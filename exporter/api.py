@@ -3,9 +3,10 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from torch_stablehlo.stablehlo_ir.platforms import PLATFORMS
+
 from .formats.artifact import StableHLOArtifact
 from .conversion.pipeline import convert
-from .conversion.signature import checked_platforms
 
 
 def export_to_stablehlo(model, args=(), kwargs=None, *, dynamic_shapes=None, platform: str | None = None,
@@ -39,3 +40,15 @@ def export_to_stablehlo(model, args=(), kwargs=None, *, dynamic_shapes=None, pla
     runs_on = "cpu" if "cpu" in platforms else platforms[0]
     return StableHLOArtifact(text, conversion.signature, conversion.weights, platform=runs_on,
                              sharding_plan=conversion.plan)
+
+
+def checked_platforms(platforms) -> list[str]:
+    """``platforms`` (JAX's names, ``PLATFORMS``, each once) as a list; raises ValueError naming a bad one."""
+    if isinstance(platforms, str) or not platforms or not all(isinstance(p, str) for p in platforms):
+        raise ValueError(f"platforms: expected a non-empty sequence of platform names such as ('cpu', 'cuda'), "
+                         f"got {platforms!r}")
+    unknown = [p for p in platforms if p not in PLATFORMS]
+    if unknown or len(set(platforms)) != len(platforms):
+        problem = f"unknown {', '.join(map(repr, unknown))}" if unknown else "a platform named twice"
+        raise ValueError(f"platforms={tuple(platforms)!r}: {problem}; each is one of {PLATFORMS}, once")
+    return list(platforms)

@@ -106,12 +106,17 @@ print(json.dumps({{"imported": imported, "tops": tops}}))
 """
 
 
-def test_importing_every_module_loads_each_once_under_the_namespace():
+def test_importing_every_module_loads_each_once_under_the_namespace(tmp_path):
     """A fresh interpreter imports every module of the package (walked with pkgutil from ``torch_stablehlo``, a
     plain package on disk): none is also in sys.modules under a top-level name, and each comes from its folder,
-    found through the namespace's link to it."""
+    found through the namespace's link to it. Another checkout is on the path too, after this one (as a venv that
+    two checkouts share names the one it was installed from): not one module comes from it."""
+    other = tmp_path / "other_checkout"
+    other.mkdir()
+    (other / NAMESPACE).symlink_to(ROOT / NAMESPACE)  # the same modules, under paths outside this checkout
     result = subprocess.run([sys.executable, "-c", WALK.format(folders=FOLDERS)], cwd=ROOT, capture_output=True,
-                            text=True, timeout=300, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+                            text=True, timeout=300, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3",
+                                                         "PYTHONPATH": str(other)})
     assert result.returncode == 0, result.stderr[-3000:]
     found = json.loads(result.stdout.strip().splitlines()[-1])
     assert found["tops"] == [], f"imported under a top-level name too (a second copy): {found['tops']}"

@@ -8,6 +8,7 @@ Every mistake raises ``ShardingError`` naming the tensor and the axis before any
 """
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 from typing import Mapping
 
@@ -69,7 +70,8 @@ def shard_signature(signature: Signature, mesh, shardings, graph_module: torch.f
     specs = _resolve(signature, mesh, _plain_shardings(shardings or {}, mesh))
     for node in [node for node in graph_module.graph.nodes if spec_of(node) is not None]:
         _check_spec(f"mark_sharding on {node.args[0].name}", spec_of(node), node.meta["val"].shape, mesh)
-    return signature.sharded(mesh, specs)
+    inputs = [dataclasses.replace(s, sharding=specs[s.name]) if s.name in specs else s for s in signature.inputs]
+    return dataclasses.replace(signature, inputs=inputs, mesh=dict(mesh))
 
 
 def _plain_shardings(shardings, mesh: dict[str, int]) -> Mapping:

@@ -12,16 +12,15 @@ import torch.utils._pytree as pytree
 from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
 from torch_stablehlo.aten_lowerings import RNG_SEED_DTYPE, RNG_SEED_NAME, call_time_sizes, uses_random
-from torch_stablehlo.exported_program import (HELD_KINDS, INPUT_KINDS, INPUT_UPDATE, OUTPUT_KINDS, STATE, STATE_UPDATE,
+from torch_stablehlo.exported_program import (HELD_KINDS, INPUT_KINDS, OUTPUT_KINDS, STATE, STATE_UPDATE,
                                               USER_INPUT, USER_OUTPUT, WEIGHT_KINDS)
 from torch_stablehlo.stablehlo_ir.dtypes import PYTHON_SCALAR_DTYPES, scalar_type
-from torch_stablehlo.stablehlo_ir.platforms import PLATFORMS
-from torch_stablehlo.stablehlo_ir.shardy import Spec, num_devices, spec_text
+from torch_stablehlo.stablehlo_ir.shardy import Spec
 from torch_stablehlo.stablehlo_ir.specs import TensorSpec, dtype_name
 
 from ..errors import ExportError
-from ..terminal import printable
 from . import symbolic_dims
+from .signature_text import signature_text
 from .trees import load_treespec
 
 
@@ -80,26 +79,39 @@ RNG_SEED_SLOT = InputSlot(RNG_SEED, RNG_SEED, None, TensorSpec(RNG_SEED, dtype_n
 @dataclass(frozen=True)
 class Signature:
     """``@main``'s calling convention: its arguments and results, the pytrees a call's inputs and outputs make
-    around them, their symbolic dims, the mesh and the platforms it is lowered for. Fixed once made."""
-    inputs: list[InputSlot]
-    outputs: list[OutputSlot]
+    around them, their symbolic dims, the mesh and the platforms it is lowered for. Fixed once made: the sequences
+    given are held as tuples, and a changed convention is a new one (``dataclasses.replace``).
+
+    Each question about the inputs has one member: by kind, ``weights``, ``state``, ``held_inputs`` (both, as
+    ``@main`` takes them first), ``user_inputs``, ``call_sizes``; by position, ``main_inputs`` (``@main``'s
+    arguments) and ``caller_inputs`` (those less the platform index). About the outputs: ``user_outputs``,
+    ``main_outputs`` (``@main``'s results), ``state_results`` and ``call_size_results`` (positions among them).
+    A call's checks are ``calls``', the text ``signature_text``'s, the JSON ``formats.manifest_schema``'s."""
+    inputs: Sequence[InputSlot]
+    outputs: Sequence[OutputSlot]
     in_spec: str                   # pytree spec of (args, kwargs), as torch's treespec_dumps
     out_spec: str
     dims: dict[str, list] = field(default_factory=dict)  # symbolic dim -> [min, max] (max None: unbounded)
     # data-dependent sizes (torch's u0, ...) of output dims: @main returns them, in this order, after its
     # outputs (as 0-d int64), and the outputs come back padded along those dims (see ``output_values``)
-    sizes: list[str] = field(default_factory=list)
+    sizes: Sequence[str] = ()
     mesh: dict[str, int] | None = None  # device mesh (axis -> size) @main is partitioned over; None: one device
-    arg_names: list[str] = field(default_factory=list)  # forward's positional parameters, which calls may name
+    arg_names: Sequence[str] = ()  # forward's positional parameters, which calls may name
     # the platforms @main is lowered for, in the order its platform index counts them (see takes_platform_index);
     # none recorded in a bundle made before they were: lowered for one
-    platforms: list[str] = field(default_factory=list)
+    platforms: Sequence[str] = ()
     # (in_spec, out_spec) as TreeSpecs where this process exported the program: their exact types (the strings
     # above name tuple subclasses torch cannot serialise as plain tuples); None: read from the strings
     live_trees: tuple | None = field(default=None, repr=False, compare=False)
 
+    def __post_init__(self):
+        for name in ("inputs", "outputs", "sizes", "arg_names", "platforms"):
+            object.__setattr__(self, name, tuple(getattr(self, name)))
+
     @property
     def weights(self) -> list[InputSlot]:
+        """The parameters, buffers and lifted constants the program only reads (``WEIGHT_KINDS``): the artifact holds
+        them."""
         return [s for s in self.inputs if s.kind in WEIGHT_KINDS]
 
     @property
@@ -119,6 +131,7 @@ class Signature:
 
     @property
     def user_inputs(self) -> list[InputSlot]:
+        """The inputs a call passes (``forward``'s), tensors or not, in placeholder order."""
         return [s for s in self.inputs if s.kind == USER_INPUT]
 
     @property
@@ -144,16 +157,6 @@ class Signature:
         """Each ``@main`` argument's sharding (None: not given, left to XLA's propagation)."""
         return [s.sharding for s in self.main_inputs]
 
-    def sharded(self, mesh: dict[str, int], specs: dict[str, Spec]) -> "Signature":
-        """This signature over ``mesh``, with the input and weight slots named in ``specs`` split as they say."""
-        inputs = [dataclasses.replace(s, sharding=specs[s.name]) if s.name in specs else s for s in self.inputs]
-        return dataclasses.replace(self, inputs=inputs, mesh=dict(mesh))
-
-    @property
-    def num_devices(self) -> int:
-        """How many devices ``@main`` runs on (SPMD over the mesh's devices)."""
-        return num_devices(self.mesh)
-
     @property
     def call_sizes(self) -> list[str]:
         """The sizes a call gives (``CALL_SIZE``), in ``@main``'s order."""
@@ -173,6 +176,7 @@ class Signature:
 
     @property
     def user_outputs(self) -> list[OutputSlot]:
+        """What ``forward`` returns, leaf by leaf (``out_tree``): ``@main``'s results and the constants."""
         return [s for s in self.outputs if s.kind == USER_OUTPUT]
 
     @property
@@ -196,47 +200,12 @@ class Signature:
         return self.live_trees[1] if self.live_trees else load_treespec(self.out_spec)
 
     def __str__(self) -> str:
-        lines = [f"mesh: {self.mesh} ({self.num_devices} devices)"] if self.mesh else []
-        if self.takes_platform_index:
-            lines.append(f"platforms: {', '.join(self.platforms)} (@main takes the platform index first)")
-        lines.append("inputs:")
-        lines += [f"  {s.tensor.name}: {s.scalar} {s.value}" if s.scalar else
-                  f"  {s.tensor.name}: {s.tensor.dtype}{list(s.tensor.shape)}{_sharding_note(s)}"
-                  for s in self.user_inputs if s.tensor]
-        lines += [f"  {name} in [{low}, {'inf' if high is None else high}]" for name, (low, high) in self.dims.items()]
-        sharded = [s for s in self.weights if s.sharding is not None]
-        lines.append(f"weights: {len(self.weights)} tensors" + (
-            f" ({len(sharded)} sharded; the others as XLA's propagation decides)" if self.mesh else ""))
-        lines += [f"  {s.name}: {s.tensor.dtype}{list(s.tensor.shape)}{_sharding_note(s)}" for s in sharded]
-        if self.state:
-            lines.append(f"state: {len(self.state)} tensors, carried from call to call")
-            lines += [f"  {s.name}: {s.tensor.dtype}{list(s.tensor.shape)}" for s in self.state]
-        lines.append("outputs:")
-        lines += [f"  {s.tensor.name}: {s.scalar or s.tensor.dtype}{'' if s.scalar else list(s.tensor.shape)}"
-                  if s.tensor else f"  constant: {s.value!r}" for s in self.user_outputs]
-        lines += [f"  updates input {s.target}" for s in self.outputs if s.kind == INPUT_UPDATE]
-        return "\n".join(printable(line) for line in lines)  # names and values may come from a bundle
-
-
-def _sharding_note(slot: InputSlot) -> str:
-    return f"  sharded {spec_text(slot.sharding)}" if slot.sharding is not None else ""
+        return signature_text(self)
 
 
 OUTPUT_SLOT_KINDS = frozenset(OUTPUT_KINDS.values())
 INPUT_SLOT_KINDS = frozenset({kind.name for kind in INPUT_KINDS.values()} | {STATE, RNG_SEED})
 """The kinds an input slot may have (a manifest's are checked against them)."""
-
-
-def checked_platforms(platforms) -> list[str]:
-    """``platforms`` (JAX's names, ``PLATFORMS``, each once) as a list; raises ValueError naming a bad one."""
-    if isinstance(platforms, str) or not platforms or not all(isinstance(p, str) for p in platforms):
-        raise ValueError(f"platforms: expected a non-empty sequence of platform names such as ('cpu', 'cuda'), "
-                         f"got {platforms!r}")
-    unknown = [p for p in platforms if p not in PLATFORMS]
-    if unknown or len(set(platforms)) != len(platforms):
-        problem = f"unknown {', '.join(map(repr, unknown))}" if unknown else "a platform named twice"
-        raise ValueError(f"platforms={tuple(platforms)!r}: {problem}; each is one of {PLATFORMS}, once")
-    return list(platforms)
 
 
 def signature_of(ep: torch.export.ExportedProgram, kinds: Sequence[str | None]) -> Signature:

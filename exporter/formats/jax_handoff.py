@@ -34,6 +34,7 @@ from jax.sharding import AbstractMesh, AxisType, NamedSharding
 from torch_stablehlo.exported_program import INPUT_UPDATE, STATE, STATE_UPDATE, USER_OUTPUT
 from torch_stablehlo.runtime import pjrt, spmd
 from torch_stablehlo.stablehlo_ir.dtypes import to_numpy
+from torch_stablehlo.stablehlo_ir.shardy import num_devices
 from torch_stablehlo.stablehlo_ir.specs import TensorSpec
 
 from ..conversion.calls import tensor_inputs, unflatten_outputs
@@ -211,7 +212,7 @@ def _exported(artifact, target_version: str) -> jax_export.Exported:
         _out_named_shardings=out_shardings,
         in_shardings_hlo=tuple(_hlo(s, a) for s, a in zip(in_shardings, in_avals)),
         out_shardings_hlo=tuple(_hlo(s, a) for s, a in zip(out_shardings, out_avals)),
-        nr_devices=signature.num_devices,
+        nr_devices=num_devices(signature.mesh),
         platforms=artifact.platforms,
         ordered_effects=(),
         unordered_effects=(),
