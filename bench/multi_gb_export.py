@@ -15,7 +15,7 @@ weight size:
                                               # a tiny model: seconds, to check that every step still runs
 
 Needs about 3x the weight size of free disk (bundle + SavedModel) and of memory (the serving steps);
-takes a few minutes. Not part of ``make test``; tests/exporter/test_bundle.py covers the sharded path.
+takes a few minutes. Not part of ``make test``; tests/exporter/formats/test_bundle.py covers the sharded path.
 """
 from __future__ import annotations
 

@@ -19,7 +19,7 @@ from torch_stablehlo.exporter import InputError
 from torch_stablehlo.exporter.errors import DimensionError
 from torch_stablehlo.stablehlo_ir.mlir_context import make_context
 from torch_stablehlo.stablehlo_ir.op_counts import op_histogram
-from tests.exporter.test_generate import assert_generate_prefix
+from tests.llm.test_export_generate import assert_generate_prefix
 
 VOCAB = 128
 PROMPT = torch.tensor([[3, 17, 42, 9, 5, 77, 1]])

@@ -8,7 +8,7 @@ import torch
 from torch_stablehlo.exporter import WeightsError, export_to_stablehlo, load_artifact
 from torch_stablehlo.exporter.formats.bundle import load_manifest
 
-from .models import Served, served_example
+from tests.exporter.models import Served, served_example
 
 
 @pytest.fixture(scope="module")
