@@ -7,7 +7,8 @@ meet matter: those in the graph and those a decomposition calls. ``retraced`` pa
 changes the result: the CIA ops in the graph and those we have a lowering for (a decomposition that calls
 ``aten.linear`` keeps it, as ``run_decompositions`` would); any other CIA op a decomposition calls is decomposed by its
 own kernel in the same re-trace, where ``run_decompositions`` would keep it and the pipeline decompose it in a second
-one with that same kernel. tests/exporter/conversion/test_decomposition.py checks the graphs equal ``run_decompositions``'s.
+one with that same kernel. tests/exporter/conversion/test_decomposition.py checks the graphs equal
+``run_decompositions``'s.
 """
 from __future__ import annotations
 
