@@ -1,5 +1,7 @@
-"""The command line: end to end through subprocesses (export -> run / verify / inspect, a failure), and the
-details in-process (help, coverage, dynamic dims, .pt2 input, errors)."""
+"""The command line: an export in a fresh process (the sharded bundle and SavedModel the other tests read, and
+output free of third-party logs), then run / verify / inspect / a dynamic export / failures through ``main`` in
+this process (tests/test_documented_commands.py runs README's commands, each in a process of its own), and the
+details (help, coverage, .pt2 input, errors)."""
 import importlib
 import json
 import subprocess
@@ -71,47 +73,45 @@ def test_export_writes_a_sharded_bundle_and_a_saved_model(exported):
 
 
 def test_export_prints_no_third_party_logs(exported):
-    """The export above ran in a fresh process: its output is ours alone (no PJRT, torchao or pytree lines)."""
+    """An export in a fresh process (``python -m torch_stablehlo`` this time): its output is ours alone (no PJRT,
+    torchao or pytree lines)."""
     folder, stdout, *_ = exported
-    result = _cli("export", "cli_factory:build", "--bundle", "again", cwd=folder)
+    result = _cli("export", "cli_factory:build", "--bundle", "again", cwd=folder, module=True)
     assert result.returncode == 0 and result.stderr == "", result.stderr[-3000:]
     assert result.stdout.startswith("inputs:\n")
 
 
-def test_dynamic_dims_of_a_factory_that_also_passes_kwargs(exported):
+def test_dynamic_dims_of_a_factory_that_also_passes_kwargs(exported, capsys, monkeypatch):
     """--dynamic names x only; the CLI fills in bias (static) for torch.export."""
     folder, _, args, kwargs, _ = exported
-    result = _cli("export", "cli_factory:build", "--bundle", "dynamic", "--dynamic", "x:0=batch[1,64]", cwd=folder)
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert "batch in [1, 64]" in result.stdout
-    sys.path.insert(0, str(folder))
-    try:
-        model = importlib.import_module("cli_factory").build()[0]
-    finally:
-        sys.path.remove(str(folder))
+    monkeypatch.chdir(folder)
+    monkeypatch.syspath_prepend(str(folder))
+    assert main(["export", "cli_factory:build", "--bundle", "dynamic", "--dynamic", "x:0=batch[1,64]"]) == 0
+    assert "batch in [1, 64]" in capsys.readouterr().out
+    model = importlib.import_module("cli_factory").build()[0]
     x = torch.randn(5, 8)
     got = load_artifact(folder / "dynamic")(x, **kwargs)
     torch.testing.assert_close(got, model(x, **kwargs))
 
 
-def test_run_reads_and_writes_npz(exported):
+def test_run_reads_and_writes_npz(exported, capsys, monkeypatch):
     folder, _, args, kwargs, expected = exported
+    monkeypatch.chdir(folder)
     np.savez(folder / "inputs.npz", x=args[0].numpy(), bias=kwargs["bias"].numpy())
-    result = _cli("run", "bundle", "--inputs", "inputs.npz", "--output", "outputs.npz", cwd=folder, module=True)
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert "y: float32[3, 4]" in result.stdout  # the outputs are named after the model's dict keys
+    assert main(["run", "bundle", "--inputs", "inputs.npz", "--output", "outputs.npz"]) == 0
+    assert "y: float32[3, 4]" in capsys.readouterr().out  # the outputs are named after the model's dict keys
     with np.load(folder / "outputs.npz") as outputs:
         assert sorted(outputs.files) == ["norm", "y"]
         np.testing.assert_allclose(outputs["y"], expected["y"].numpy(), rtol=1e-6, atol=1e-6)
         np.testing.assert_allclose(outputs["norm"], expected["norm"].numpy(), rtol=1e-6, atol=1e-6)
 
 
-def test_verify_against_a_golden(exported):
+def test_verify_against_a_golden(exported, capsys, monkeypatch):
     folder, _, args, kwargs, expected = exported
+    monkeypatch.chdir(folder)
     store.save_golden("two_inputs", args, kwargs, expected, data_dir=folder / "golden")
-    result = _cli("verify", "bundle", "--golden", folder / "golden" / "two_inputs.safetensors", cwd=folder)
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert result.stdout.startswith("PASS: bundle vs golden two_inputs: max abs error ")
+    assert main(["verify", "bundle", "--golden", str(folder / "golden" / "two_inputs.safetensors")]) == 0
+    assert capsys.readouterr().out.startswith("PASS: bundle vs golden two_inputs: max abs error ")
 
 
 def test_verify_fails_when_outputs_differ(exported, capsys):
@@ -139,11 +139,10 @@ def test_verify_bisect_names_the_op_that_disagrees(tmp_path, capsys, monkeypatch
     assert json.loads(report.read_text())["op"] == "aten.gelu.default"
 
 
-def test_inspect_reports_signature_ops_versions_and_weights(exported):
+def test_inspect_reports_signature_ops_versions_and_weights(exported, capsys):
     folder = exported[0]
-    result = _cli("inspect", "bundle", "--json", cwd=folder)
-    assert result.returncode == 0, result.stderr[-3000:]
-    report = json.loads(result.stdout)
+    assert main(["inspect", str(folder / "bundle"), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
     assert report["versions"]["stablehlo_version"] == load_manifest(folder / "bundle")["stablehlo_version"]
     assert [s["name"] for s in report["signature"]["inputs"]] == ["fc.weight", "fc.bias", "x", "bias"]
     assert report["ops"]["stablehlo.dot_general"] == 1 and report["ops"]["func.func"] == 1
@@ -159,11 +158,11 @@ def test_inspect_as_text(exported, capsys):
     assert "stablehlo_version: " in text and "x: float32[3, 8]" in text and "128 B  fc.weight" in text
 
 
-def test_a_failure_is_one_line_and_a_non_zero_exit(tmp_path):
-    result = _cli("run", tmp_path / "missing", "--inputs", "x.npz", "--output", "y.npz", cwd=tmp_path)
-    assert result.returncode == 1
-    assert "Traceback" not in result.stderr
-    assert result.stderr.strip().splitlines()[-1] == (
+def test_a_failure_is_one_line_and_a_non_zero_exit(tmp_path, capsys):
+    assert main(["run", str(tmp_path / "missing"), "--inputs", "x.npz", "--output", "y.npz"]) == 1
+    stderr = capsys.readouterr().err
+    assert "Traceback" not in stderr
+    assert stderr.strip().splitlines()[-1] == (
         f"torch-stablehlo run: error: BundleError: {tmp_path / 'missing'}: no such bundle folder")
 
 
