@@ -6,7 +6,7 @@
 # `make check-imports` runs mypy's import resolution over the package (.ci/check_imports.py): every torch_stablehlo.*
 # import resolves statically and the public names are not Any (under a minute on 2 cores; seconds when cached).
 # `make check-commands` runs every command README.md and this Makefile show, at small sizes
-# (tests/test_documented_commands.py; `make test` runs the ones that take seconds, .ci/run the others too).
+# (tests/test_documented_commands.py; `make test` runs a fixed share of the quick ones, .ci/run the others too).
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python

@@ -7,8 +7,9 @@ and the documented commands (each its own subprocess).
 OpInfo entry instead of its fixed sample (see that module), and runs the tests marked ``full_sweep_only`` (too slow
 for ``make test``'s budget: Ray Serve replicas), which ``make test`` deselects. ``--documented-commands`` (or
 ``TORCH_STABLEHLO_DOCUMENTED_COMMANDS``) picks which of README's and the Makefile's commands
-``tests/test_documented_commands.py`` runs: ``fast`` (the default, in ``make test``), ``slow`` (the ones that take a
-minute or more; ``.ci/run``) or ``all`` (``make check-commands``). At the end of a session the time spent per test
+``tests/test_documented_commands.py`` runs: ``fast`` (the default, in ``make test``: a fixed share of those that take
+seconds), ``slow`` (the rest, those that take a minute or more included; ``.ci/run``) or ``all``
+(``make check-commands``). At the end of a session the time spent per test
 directory (setup, call and teardown, summed over workers) is printed.
 
 Every test starts from torch's seed 0, so the random inputs a test draws do not depend on which tests ran before
