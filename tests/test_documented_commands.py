@@ -155,7 +155,7 @@ def plan(command: str) -> list[Run]:
         if target == "check-commands":
             return [Run(command, None, why="this test module, with --documented-commands all")]
         if target == "check-imports":
-            return [Run(command, None, why=".ci/run runs it (mypy over the whole package: 10 s of CPU, cold)")]
+            return [Run(command, None, why=".ci/run runs it (mypy over the whole package: about 30 s of CPU, cold)")]
         if target == "clean":  # its recipe, in the test's folder holding what it removes
             return [Run(command, ["bash", "-c", "mkdir -p .venv/bin .pytest_cache && " + make_targets()["clean"][0]
                                   + " && test ! -e .venv && test ! -e .pytest_cache"],
