@@ -107,8 +107,11 @@ MODULE_ARGS = {
     "serving": (["--only", "mlp"], "one small model"),
     "model_sweep": (["--only", "gpt2", "--out", "models-report"], "one small model, into this folder, not docs"),
 }
-SLOW_MODULES = {"serving", "model_sweep", "served_demo"}  # served_demo: an engine's four exports, ~40 s of CPU  # a SavedModel, saved_model_cli and a second process per model: ~15 s of CPU
-AS_WRITTEN_TOO = {"demo"}  # also run as written, among the slow ones (make demo: GPT-2 12-layer and the export_generate part)
+# serving: a SavedModel, saved_model_cli and a second process per model (~15 s of CPU); served_demo: an engine's
+# four exports (~40 s)
+SLOW_MODULES = {"serving", "model_sweep", "served_demo"}
+# also run as written, among the slow ones (make demo: GPT-2 12-layer and the export_generate part)
+AS_WRITTEN_TOO = {"demo"}
 BENCH_ARGS = {
     "convert_speed.py": ["--small"],
     "run_speed.py": ["--models", "mlp", "--repeats", "1"],
@@ -127,8 +130,8 @@ BENCH_ARGS = {
 # bench scripts make test leaves to CI's second step and make check-commands: 8 to 25 s of CPU each (fresh
 # processes, compiles), where make test has about a minute and a half for all of this module and test_packaging
 SLOW_BENCH = {"multi_gb_export.py", "convert_speed.py", "run_speed.py", "unrolled_vs_scanned.py", "warm_start.py",
-              "tensor_parallel.py", "decode_speed.py", "generate_speed.py", "quantized_decode_speed.py", "load_trust.py",
-              "serve_load.py", "auto_sharding.py"}
+              "tensor_parallel.py", "decode_speed.py", "generate_speed.py", "quantized_decode_speed.py",
+              "load_trust.py", "serve_load.py", "auto_sharding.py"}
 # make test's share of the commands that are not slow anyway (each a process of a few seconds): the CLI's
 # export -> run -> inspect -> verify chain and its help, make demo at its small size, make clean. CI's second step
 # and make check-commands run the others too (another spelling of a command, the other subcommands' help, the golden
@@ -182,8 +185,8 @@ def plan(command: str) -> list[Run]:
             return [run]
         name = module.split(".")[-1]
         if name == "export_tests":
-            return [Run(command, None, why="reads PyTorch's test/export/test_export.py, which is not in the torch wheel "
-                                           "(a measurement outside the suite; tools/conformance.py is tested by "
+            return [Run(command, None, why="reads PyTorch's test/export/test_export.py, which is not in the torch "
+                                           "wheel (a measurement outside the suite; tools/conformance.py is tested by "
                                            "tests/conformance)")]
         extra, why = MODULE_ARGS.get(name, ([], ""))
         small = Run(command, [PYTHON, "-m", module, *args[2:], *extra], slow=name in SLOW_MODULES, why=why)
