@@ -48,7 +48,7 @@ def sampled(metafunc, argname: str, every, sample, **parametrize):
         metafunc.parametrize(argname, list(sample), **parametrize)
         return
     every = list(every() if callable(every) else every)
-    assert set(sample) <= set(every), sorted(set(sample) - set(every))
+    assert all(item in every for item in sample), [item for item in sample if item not in every]
     metafunc.parametrize(argname, every, **parametrize)
 
 

@@ -1,7 +1,7 @@
 """IREE as a second consumer: the golden zoo's float models compiled by IREE for the host CPU (llvm-cpu) and run by
 its runtime, against the stored goldens (static) and eager torch (dynamic, specialised by ``iree_module``) at
 the zoo's tolerance. Each module is compiled once per session. ``make test`` takes a fixed sample of the models
-(``STATIC_SAMPLE``, ``DYNAMIC_SAMPLE``); ``--full-sweep`` every float zoo model."""
+(``STATIC_SAMPLE``, ``DYNAMIC_SAMPLE`` at one of its sizes); ``--full-sweep`` every float zoo model."""
 from __future__ import annotations
 
 import functools
@@ -24,9 +24,11 @@ STATIC = ["mlp", "cnn", "gpt2_2layer", "gpt2_2layer_eager", "gpt2_12layer", "lla
 DYNAMIC = ["gpt2_2layer", "bert", "llama"]
 SIZES = [{"batch": 1, "length": 2}, {"batch": 3, "length": 17}]
 # make test's fixed sample, one model of each kind IREE compiles differently (dense, convolution, attention,
-# case, while); --full-sweep takes every float zoo model
+# case, while), the dynamic one at one size, ResNet specialised; --full-sweep takes every float zoo model, both
+# sizes and ResNet static too
 STATIC_SAMPLE = ["mlp", "cnn", "gpt2_2layer", "cond_heads", "rnn_scan"]
 DYNAMIC_SAMPLE = ["gpt2_2layer"]
+SIZES_SAMPLE = SIZES[1:]
 
 
 def pytest_generate_tests(metafunc):
@@ -34,6 +36,10 @@ def pytest_generate_tests(metafunc):
         sampled(metafunc, "name", STATIC, STATIC_SAMPLE)
     elif metafunc.function.__name__ == "test_dynamic_text_model_specialised_matches_eager":
         sampled(metafunc, "name", DYNAMIC, DYNAMIC_SAMPLE)
+        sampled(metafunc, "size", SIZES, SIZES_SAMPLE, ids=lambda s: "x".join(map(str, s.values())))
+    elif metafunc.function.__name__ == "test_resnet_compiles_and_matches_eager":
+        sampled(metafunc, "dynamic_batch", [False, True], [True], ids=lambda dynamic: "specialised" if dynamic
+                else "static")
 
 
 def run_in_iree(vmfb: bytes, artifact, args: tuple, kwargs: dict) -> list[torch.Tensor]:
@@ -73,7 +79,6 @@ def test_static_model_compiles_and_matches_golden(name):
     assert comparison.ok, f"{name} in IREE: max rel error {comparison.max_rel:.2e} {comparison.problems}"
 
 
-@pytest.mark.parametrize("size", SIZES, ids=lambda s: "x".join(map(str, s.values())))
 def test_dynamic_text_model_specialised_matches_eager(name, size):
     model, artifact = dynamic_case(name)
     dims = {zoo.DynamicVariant.DIM_NAMES[k]: v for k, v in size.items()}
@@ -109,7 +114,6 @@ def test_dynamic_gpt2_is_close_to_its_static_twin_in_ops():
     assert dynamic_ops <= 1.15 * static_ops, f"dynamic {dynamic_ops} ops, static {static_ops}"
 
 
-@pytest.mark.parametrize("dynamic_batch", [False, True], ids=["static", "specialised"])
 def test_resnet_compiles_and_matches_eager(dynamic_batch):
     """transformers' ResNetModel (the model sweep's tiny config): its last stage convolves a 2x2 map with a 3x3,
     stride 2, padding 1 kernel into one row, which IREE compiles once the unread padding row is dropped."""
