@@ -1,12 +1,7 @@
 """Compile and execution analysis (TORCH_STABLEHLO_DEBUG=1): a call with shapes already compiled logs no
-compile, a new shape logs one with its cause, a second process logs a disk-cache hit (or the key part that
-differed), and the summary warns about a recompile storm."""
+compile, a new shape logs one with its cause, and the summary warns about a recompile storm (a second process's
+disk-cache hit, and the key part that made a miss: tests/runtime/test_compile_cache.py)."""
 import io
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -14,16 +9,6 @@ from torch.export import Dim
 
 from torch_stablehlo.exporter import export_to_stablehlo
 from torch_stablehlo.runtime import analysis
-from torch_stablehlo.runtime.compile_cache import CompileCache
-
-SCRIPT = """
-import torch
-from torch_stablehlo.exporter import export_to_stablehlo
-torch.manual_seed(0)
-model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh()).eval()
-export_to_stablehlo(model, (torch.randn(3, 8),))(torch.randn(3, 8))
-"""
-
 
 @pytest.fixture
 def log(monkeypatch, tmp_path):
@@ -65,22 +50,3 @@ def test_recompile_storm_in_the_summary(log):
     assert "a recompile storm" in summary[1]
 
 
-def _run(tmp_path, **environment) -> str:
-    env = {**os.environ, "TORCH_STABLEHLO_DEBUG": "1", "TORCH_STABLEHLO_CACHE_DIR": str(tmp_path / "cache"),
-           "PYTHONPATH": str(Path(__file__).parents[2]), **environment}
-    result = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=300, env=env)
-    assert result.returncode == 0, result.stderr[-2000:]
-    return [line for line in result.stderr.splitlines() if line.startswith("[torch-stablehlo] compile")]
-
-
-def test_a_second_process_hits_the_disk_cache(tmp_path):
-    first = _run(tmp_path)
-    assert len(first) == 1 and "disk cache miss" in first[0] and ", written;" in first[0]
-    assert first[0].endswith("from <string>:6 in <module>")  # the script's line that called the model
-    second = _run(tmp_path)
-    assert len(second) == 1 and "first call; disk cache hit;" in second[0]
-    stored = json.loads(next((tmp_path / "cache").glob(".*.parts.json")).read_text())
-    cache = CompileCache(tmp_path / "cache")
-    assert cache.explain_miss({**stored, "jaxlib version": "0.0.1"}) == \
-        "the entry for this module differs in: jaxlib version"
-    assert cache.explain_miss({**stored, "module": "0" * 64}).startswith("no entry for this module")

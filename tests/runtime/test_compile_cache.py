@@ -1,4 +1,5 @@
-"""The persistent compile cache: a second process compiles nothing; corrupt entries are rebuilt."""
+"""The persistent compile cache: a second process compiles nothing; corrupt entries are rebuilt; the debug log
+(TORCH_STABLEHLO_DEBUG=1) says whether a compile missed or hit the disk, and why it missed."""
 import json
 import os
 import subprocess
@@ -8,24 +9,25 @@ import pytest
 
 from torch_stablehlo.runtime.compile_cache import DIR_VARIABLE, CompileCache
 
-# exports the same small model in a fresh process, runs it, prints this process's compile counters
+# exports the same small model in a fresh process, runs it (line 7), prints this process's compile counters
 SCRIPT = """
 import json, torch
 from torch_stablehlo.exporter import export_to_stablehlo
 from torch_stablehlo.runtime import pjrt
 torch.manual_seed(0)
 model = torch.nn.Sequential(torch.nn.Linear(6, 5), torch.nn.Tanh()).eval()
-x = torch.randn(2, 6)
-torch.testing.assert_close(export_to_stablehlo(model, (x,))(x), model(x))
+x = torch.randn(2, 6); torch.testing.assert_close(export_to_stablehlo(model, (x,))(x), model(x))
 print(json.dumps(pjrt.STATS))
 """
 
 
-def _run_fresh_process(cache_dir) -> dict:
-    env = dict(os.environ, **{DIR_VARIABLE: str(cache_dir)})
+def _run_fresh_process(cache_dir) -> tuple[dict, list[str]]:
+    """The fresh process's compile counters and its debug log's compile lines."""
+    env = dict(os.environ, **{DIR_VARIABLE: str(cache_dir), "TORCH_STABLEHLO_DEBUG": "1"})
     result = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, env=env, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
-    return json.loads(result.stdout.strip().splitlines()[-1])
+    compiles = [line for line in result.stderr.splitlines() if line.startswith("[torch-stablehlo] compile")]
+    return json.loads(result.stdout.strip().splitlines()[-1]), compiles
 
 
 def _entries(cache_dir):
@@ -35,11 +37,12 @@ def _entries(cache_dir):
 @pytest.fixture(scope="module")
 def first_entry(tmp_path_factory):
     """A fresh process with an empty cache compiles once and leaves one entry: its file, made once for the
-    tests below, which each start from a copy."""
+    tests below, which each start from a copy; with the cache folder and the process's compile log."""
     cache_dir = tmp_path_factory.mktemp("compile_cache")
-    assert _run_fresh_process(cache_dir) == {"compiled": 1, "disk_hits": 0}
+    stats, compiles = _run_fresh_process(cache_dir)
+    assert stats == {"compiled": 1, "disk_hits": 0}
     (entry,) = _entries(cache_dir)
-    return entry.name, entry.read_bytes()
+    return entry.name, entry.read_bytes(), cache_dir, compiles
 
 
 def _cache_with(tmp_path, entry, blob: bytes):
@@ -47,25 +50,38 @@ def _cache_with(tmp_path, entry, blob: bytes):
     return tmp_path
 
 
+def test_the_log_says_why_the_first_process_missed(first_entry):
+    *_, cache_dir, compiles = first_entry
+    assert len(compiles) == 1 and "disk cache miss" in compiles[0] and ", written;" in compiles[0]
+    assert compiles[0].endswith("from <string>:7 in <module>")  # the script's line that called the model
+    stored = json.loads(next(cache_dir.glob(".*.parts.json")).read_text())
+    cache = CompileCache(cache_dir)
+    assert cache.explain_miss({**stored, "jaxlib version": "0.0.1"}) == \
+        "the entry for this module differs in: jaxlib version"
+    assert cache.explain_miss({**stored, "module": "0" * 64}).startswith("no entry for this module")
+
+
 def test_second_process_compiles_nothing(tmp_path, first_entry):
-    cache_dir = _cache_with(tmp_path, *first_entry)
+    cache_dir = _cache_with(tmp_path, *first_entry[:2])
     assert len(_entries(cache_dir)) == 1
-    assert _run_fresh_process(cache_dir) == {"compiled": 0, "disk_hits": 1}
+    stats, compiles = _run_fresh_process(cache_dir)
+    assert stats == {"compiled": 0, "disk_hits": 1}
+    assert len(compiles) == 1 and "first call; disk cache hit;" in compiles[0]
 
 
 def test_a_corrupt_entry_is_rebuilt(tmp_path, first_entry):
     """A flipped byte, then (in the entry rebuilt for it) a cut-off file: each is refused and rebuilt, and the
     entry rebuilt last is a hit for the next process."""
-    name, pristine = first_entry
+    name, pristine, *_ = first_entry
     flipped = bytearray(pristine)
     flipped[len(flipped) // 2] ^= 0xFF
     cache_dir = _cache_with(tmp_path, name, bytes(flipped))
-    assert _run_fresh_process(cache_dir) == {"compiled": 1, "disk_hits": 0}
+    assert _run_fresh_process(cache_dir)[0] == {"compiled": 1, "disk_hits": 0}
     rebuilt = (cache_dir / name).read_bytes()
     assert rebuilt != bytes(flipped)
     (cache_dir / name).write_bytes(rebuilt[:len(rebuilt) // 2])
-    assert _run_fresh_process(cache_dir) == {"compiled": 1, "disk_hits": 0}
-    assert _run_fresh_process(cache_dir) == {"compiled": 0, "disk_hits": 1}
+    assert _run_fresh_process(cache_dir)[0] == {"compiled": 1, "disk_hits": 0}
+    assert _run_fresh_process(cache_dir)[0] == {"compiled": 0, "disk_hits": 1}
 
 
 def test_size_bound_evicts_least_recently_used(tmp_path):
