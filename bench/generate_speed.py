@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from pathlib import Path
 
 from run_speed import timed  # this folder's: the calls alternated, medians
 
@@ -125,6 +126,15 @@ def recipe_tokens(step, prompt, count: int) -> list[int]:
             tokens.append(int(logits[0, -1].argmax()))
             logits = step(input_ids=torch.tensor([[tokens[-1]]]), cache_position=torch.tensor([len(tokens) - 1]))
     return tokens
+
+
+def cpu() -> str:
+    """The CPU's model name and whether it has VNNI and AMX (which pick torchao's int8 product form)."""
+    info = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
+    fields = {key.strip(): value.strip() for key, _, value in (line.partition(":") for line in info.splitlines())}
+    name = fields.get("model name", "unknown")
+    flags = set(fields.get("flags", "").split())
+    return f"{name}, VNNI {'avx512_vnni' in flags or 'avx_vnni' in flags}, AMX {'amx_tile' in flags}"
 
 
 def rate(seconds_per_step: float, batch: int) -> str:

@@ -54,7 +54,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from jax import lax  # noqa: E402
 from jaxlib.mlir import ir  # noqa: E402
-from generate_speed import BANDWIDTH_BYTES, FULL, SMALL, decoder, recipe_tokens, summing  # noqa: E402  (this folder's)
+from generate_speed import BANDWIDTH_BYTES, FULL, SMALL, cpu, decoder, recipe_tokens, summing  # noqa: E402  (this folder's)
 from run_speed import timed  # noqa: E402  (this folder's: the calls alternated, medians)
 from torchao.quantization import (Int8DynamicActivationInt8WeightConfig, Int8WeightOnlyConfig,  # noqa: E402
                                   IntxWeightOnlyConfig, quantize_)
@@ -115,15 +115,6 @@ def quantized(model, config, cache: int):
     recipe = TorchExportableModuleForDecoderOnlyLM(model, batch_size=1, max_cache_len=cache).model
     step = {"input_ids": torch.tensor([[0]]), "cache_position": torch.tensor([0])}
     return recipe, export_to_stablehlo(torch.export.export(recipe, (), step, strict=False))
-
-
-def cpu() -> str:
-    """The CPU's model name and whether it has VNNI and AMX (which pick torchao's int8 product form)."""
-    info = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
-    fields = {key.strip(): value.strip() for key, _, value in (line.partition(":") for line in info.splitlines())}
-    name = fields.get("model name", "unknown")
-    flags = set(fields.get("flags", "").split())
-    return f"{name}, VNNI {'avx512_vnni' in flags or 'avx_vnni' in flags}, AMX {'amx_tile' in flags}"
 
 
 def reset_module(recipe) -> None:

@@ -104,7 +104,7 @@ def time_model(name: str, size: dict, repeats: int) -> None:
 
     artifact(*args, **kwargs)  # compile, place weights
     hosts = [to_numpy(t) for t in tensors]
-    executable = artifact._compiled([s.tensor.shape for s in artifact.signature.held_inputs] + [h.shape for h in hosts])
+    executable = artifact._compiled([h.shape for h in hosts])
     device_inputs = artifact._held_on_device(executable) + executable.put(hosts)
 
     seconds = timed({"eager": eager, "ours": ours, "execute": lambda: executable.execute(device_inputs)}, repeats)

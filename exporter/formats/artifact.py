@@ -183,7 +183,7 @@ class StableHLOArtifact:
         ``sizes_only``, the sizes a call gives as computed (``_execute_sized``) and nothing else."""
         layout = self._layout
         with self._lock:
-            executable = self._compiled(layout.held_shapes + [h.shape for h in hosts], sizes_only)
+            executable = self._compiled([h.shape for h in hosts], sizes_only)
             held_arrays = self._held_on_device(executable)
         arrays = executable.execute(held_arrays + executable.put(hosts, first=len(held_arrays)))
         if not sizes_only:
@@ -269,18 +269,21 @@ class StableHLOArtifact:
         self._seed += 1
         return [torch.tensor(self._seed - 1, dtype=torch.int64)]
 
-    def _compiled(self, arg_shapes: list, sizes_only: bool = False) -> pjrt.Executable:
-        """The executable for ``@main`` arguments of these shapes: one for a static module; for a dynamic one,
-        one per shape signature of the call (the module refined to it; see ``stablehlo_ir.refine``). With
-        ``sizes_only``, of ``@main`` returning only the sizes a call gives."""
-        shapes = tuple(tuple(shape) for shape in arg_shapes) if self._layout.dynamic else ()
+    def _compiled(self, input_shapes: list, sizes_only: bool = False) -> pjrt.Executable:
+        """The executable for ``@main``'s arguments after the held ones of these shapes: one for a static module;
+        for a dynamic one, one per shape signature of the call (the module refined to it, the held arguments'
+        shapes, which never change, added; see ``stablehlo_ir.refine``), looked up by the given shapes alone (a
+        decode step's lookup hashes its two inputs' shapes, not a hundred weights'). With ``sizes_only``, of
+        ``@main`` returning only the sizes a call gives."""
+        shapes = tuple(tuple(shape) for shape in input_shapes) if self._layout.dynamic else ()
         key = ("sizes only", shapes) if sizes_only else shapes
         if key not in self._executables:
             text = self.runnable_text()
             if sizes_only:
                 text = results_only(text, self.signature.call_size_results)
-            self._executables[key] = pjrt.Executable(text, self.platform, arg_shapes=shapes if shapes else None,
-                                                     mesh=self.signature.mesh)
+            self._executables[key] = pjrt.Executable(
+                text, self.platform, arg_shapes=[*map(tuple, self._layout.held_shapes), *shapes] if shapes else None,
+                mesh=self.signature.mesh)
         return self._executables[key]
 
     def _held_on_device(self, executable: pjrt.Executable) -> list:

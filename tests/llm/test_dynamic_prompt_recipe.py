@@ -2,8 +2,10 @@
 ``cache_position``), as its own ``.export()`` and ExecuTorch/optimum do: called one token at a time (each call's
 module refined to size 1), it decodes as the static one-token program does, logits within 1e-5 and the same
 greedy tokens, and its compiled size-1 module has the static program's decode forms: attention over the live
-prefix of the cache (a ``stablehlo.case``, chosen from the cache's static length) and no copy of the cache
+prefix of the cache (a ``stablehlo.case``, chosen from the cache's static length), no copy of the cache, and the
+same products, branches, copies and cache writes, of the same shapes, as the static program's compiled module
 (bench/decode_speed.py's ``dynamic prompt`` row times the two)."""
+import collections
 import re
 
 import torch
@@ -19,6 +21,11 @@ CACHE = 256  # buckets of 64, 128 and 256 keys
 def _compiled_hlo(artifact) -> str:
     executable, = artifact._executables.values()
     return executable.loaded.hlo_modules()[0].to_string()
+
+
+def _costly_ops(hlo: str) -> collections.Counter:
+    """The compiled module's products, branches, copies and in-place writes, by result type."""
+    return collections.Counter(re.findall(r"= (\S+) (dot|conditional|copy|dynamic-update-slice|scatter)\(", hlo))
 
 
 def test_dynamic_prompt_recipe_decodes_as_the_static_one():
@@ -48,3 +55,4 @@ def test_dynamic_prompt_recipe_decodes_as_the_static_one():
         hlo = _compiled_hlo(artifact)
         assert "conditional(" in hlo
         assert not re.findall(rf"f32\[1,2,{CACHE},16\]\S* copy\(", hlo)
+    assert _costly_ops(_compiled_hlo(dynamic)) == _costly_ops(_compiled_hlo(static))

@@ -113,11 +113,17 @@ def test_recipe_decodes_like_generate(strict, tmp_path):
     assert decode(load_artifact(decoder.reset_state().save(tmp_path / "decoder"))) == expected
 
 
+@functools.cache
+def _t5_artifact(max_new_tokens: int):
+    """Plain greedy T5 and export_generate's artifact of it for ``PROMPT``, sources up to 16 tokens."""
+    model = _t5()
+    return model, exporter.export_generate(model, PROMPT, max_new_tokens=max_new_tokens, max_source_len=16)
+
+
 def test_t5_one_artifact_takes_every_source_length_up_to_its_bound():
     """Batch 1, plain greedy: the example's source and a shorter one through one artifact; a source past the
     bound is refused before anything runs."""
-    model = _t5()
-    art = exporter.export_generate(model, PROMPT, max_new_tokens=NEW_TOKENS, max_source_len=16)
+    model, art = _t5_artifact(NEW_TOKENS)
     assert art.signature.dims == {"source": [1, 16]}
     for length in (7, 3):
         ours = art(PROMPT[:, :length])
@@ -192,8 +198,7 @@ def test_jax_handoff_generates_the_same_tokens():
 
 def test_module_size_does_not_grow_with_max_new_tokens():
     """4x the new tokens: one while loop either way, the op count and the text within 3%."""
-    model = _t5()
-    texts = [exporter.export_generate(model, PROMPT, max_new_tokens=n).stablehlo_text for n in (12, 48)]
+    texts = [_t5_artifact(n)[1].stablehlo_text for n in (NEW_TOKENS, 4 * NEW_TOKENS)]
     counts = [op_histogram(text) for text in texts]
     assert [c["stablehlo.while"] for c in counts] == [1, 1]
     assert abs(counts[1].total() - counts[0].total()) < 0.03 * counts[0].total()

@@ -258,19 +258,25 @@ def test_a_write_the_walk_cannot_carry_is_an_error():
     torch.testing.assert_close(artifact.state["total"], eager.total)
 
 
+@functools.cache
+def _dynamic_prompt_artifact():
+    """The Llama recipe exported with a dynamic prompt length (up to 32), converted once for the three paths."""
+    recipe = TorchExportableModuleForDecoderOnlyLM(_model("llama")[0], batch_size=1, max_cache_len=CACHE)
+    seq = torch.export.Dim("seq", max=32)
+    prompt = {"input_ids": PROMPT, "cache_position": torch.arange(PROMPT.shape[1])}
+    return export_to_stablehlo(torch.export.export(
+        recipe.model, (), prompt, dynamic_shapes={"input_ids": {1: seq}, "cache_position": {0: seq}}, strict=False))
+
+
 @pytest.mark.parametrize("path", ["artifact", "jax", "saved_model"])
 def test_a_dynamic_prefill_then_decode(path, tmp_path):
     """The prompt in one call (its length a symbolic dim: the cache write is a scatter, shapes being unknown
     when lowered), then one call per token through the same artifact, its JAX model or its SavedModel: still
     generate's tokens."""
-    model, expected = _model("llama")
-    recipe = TorchExportableModuleForDecoderOnlyLM(model, batch_size=1, max_cache_len=CACHE)
-    seq = torch.export.Dim("seq", max=32)
-    prompt = {"input_ids": PROMPT, "cache_position": torch.arange(PROMPT.shape[1])}
-    program = torch.export.export(recipe.model, (), prompt,
-                                  dynamic_shapes={"input_ids": {1: seq}, "cache_position": {0: seq}}, strict=False)
-    artifact = export_to_stablehlo(program)
+    _, expected = _model("llama")
+    artifact = _dynamic_prompt_artifact().reset_state()  # each path starts from the exported (empty) cache
     assert artifact.stablehlo_text.count('"stablehlo.scatter"(') == 4
+    prompt = {"input_ids": PROMPT, "cache_position": torch.arange(PROMPT.shape[1])}
     run = artifact
     if path == "jax":
         run = _jax_steps(artifact.to_jax())
