@@ -305,8 +305,9 @@ def _call_size_slots(ep: torch.export.ExportedProgram, inputs: list[InputSlot]) 
     """A ``CALL_SIZE`` argument for each size read from data with no bound (``call_time_sizes``). A call runs the
     program until the sizes it computes are those it was given: refused where that would draw random numbers or
     write state more than once."""
-    symbols = [str(s) for s in call_time_sizes(ep.graph_module)]
-    if symbols and (uses_random(ep.graph_module) or any(s.kind == STATE for s in inputs)):
+    rerunnable = not (uses_random(ep.graph_module) or any(s.kind == STATE for s in inputs))
+    symbols = [str(s) for s in call_time_sizes(ep.graph_module, rerunnable)]
+    if symbols and not rerunnable:
         raise NotImplementedError(
             f"the sizes {', '.join(symbols)} are read from tensor data (.item(), bincount, repeat_interleave) with "
             "no upper bound, so a call runs the program until they are known, which a program that draws random "
