@@ -9,6 +9,7 @@ from typing import Sequence
 import numpy as np
 import torch
 import torch.utils._pytree as pytree
+from torch._export.non_strict_utils import _enable_graph_inputs_of_type_nn_module
 
 from torch_stablehlo.stablehlo_ir.dtypes import uncarried
 from torch_stablehlo.stablehlo_ir.specs import TensorSpec
@@ -66,7 +67,11 @@ def tensor_inputs(signature: Signature, args: tuple, kwargs: dict) -> list:
         raise InputError(f"keyword inputs: expected {expected_keys}"
                          + (f"; unexpected {unknown}" if unknown else "")
                          + (f"; missing {missing}" if missing else ""))
-    flat, spec = pytree.tree_flatten(_sizes_as_tuples((tuple(args), {k: kwargs[k] for k in expected_keys})))
+    inputs = _sizes_as_tuples((tuple(args), {k: kwargs[k] for k in expected_keys}))
+    flat, spec = pytree.tree_flatten(inputs)
+    if spec != in_spec and any(isinstance(leaf, torch.nn.Module) for leaf in flat):
+        with _enable_graph_inputs_of_type_nn_module(inputs):  # as export and ep.module() flatten a module input:
+            flat, spec = pytree.tree_flatten(inputs)           # its parameters and buffers, while registered
     if spec != in_spec:
         raise InputError(f"inputs do not have the structure the model was exported with.\n"
                          f"  expected: {in_spec}\n  got:      {spec}")

@@ -22,11 +22,11 @@ from torch_stablehlo.stablehlo_ir.platforms import for_platform
 from torch_stablehlo.stablehlo_ir.unused import results_only
 
 from . import bundle
-from ..errors import DimensionError, WeightsError
+from ..errors import DimensionError, ExportError, WeightsError
 from .jax_handoff import to_jax
 from ..autoshard.plan import ShardingPlan
 from ..conversion.calls import check_dims, output_values, tensor_inputs, unflatten_outputs, validate_inputs
-from ..conversion.signature import Signature
+from ..conversion.signature import Signature, unnamed_types
 from .versions import DEFAULT_TARGET
 from .weights import alias_map, attach, missing_data
 
@@ -375,6 +375,10 @@ class StableHLOArtifact:
         ``path`` is replaced; anything else there is an error.
         """
         self._require_no_call_sizes("save a bundle of")
+        unnamed = unnamed_types(self.signature)
+        if unnamed:
+            raise ExportError(f"cannot save a bundle of this program: its manifest records the pytree of its inputs "
+                              f"and outputs, which holds a {unnamed}")
         return bundle.save_bundle(path, self.stablehlo_text, self.signature, self.weights,
                                   target_version=target_version, shard_bytes=shard_size, include_text=include_text)
 
