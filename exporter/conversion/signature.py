@@ -223,7 +223,7 @@ def _sharding_note(slot: InputSlot) -> str:
 
 
 OUTPUT_SLOT_KINDS = frozenset(OUTPUT_KINDS.values())
-INPUT_SLOT_KINDS = frozenset({kind.name for kind in INPUT_KINDS.values()} | {STATE, RNG_SEED})
+INPUT_SLOT_KINDS = frozenset({kind.name for kind in INPUT_KINDS.values()} | {STATE, RNG_SEED, CALL_SIZE})
 """The kinds an input slot may have (a manifest's are checked against them)."""
 
 

@@ -6,6 +6,7 @@ import torch
 
 from torch_stablehlo.exporter import export_to_stablehlo
 from torch_stablehlo.exporter.errors import DimensionError, LoweringError
+from torch_stablehlo import load_artifact
 from torch_stablehlo.tools import conformance
 
 
@@ -43,15 +44,19 @@ class UnboundedNoise(torch.nn.Module):
 
 def test_unbounded_item_sizes_are_given_by_the_call(tmp_path):
     """No padded size can hold them: @main takes each as an argument's size and returns the value it computes;
-    the artifact runs it until they agree. What only the artifact's call can do is refused elsewhere, naming
-    the size."""
+    the artifact runs it until they agree, loaded from its bundle too. What only the artifact's call can do is
+    refused elsewhere, naming the size."""
     ep = torch.export.export(Unbounded(), (torch.tensor(4),))
     artifact = export_to_stablehlo(ep)
+    loaded = load_artifact(artifact.save(tmp_path / "bundle"))
+    assert loaded.signature.call_sizes == artifact.signature.call_sizes
     for value in (4, 0, 9):
-        torch.testing.assert_close(artifact(torch.tensor(value)), ep.module()(torch.tensor(value)))
-    with pytest.raises(NotImplementedError, match=r"cannot save a bundle of .* no bound \(u\d+, from .item\(\)"):
-        artifact.save(tmp_path / "bundle")
-    assert not (tmp_path / "bundle").exists()
+        expected = ep.module()(torch.tensor(value))
+        torch.testing.assert_close(artifact(torch.tensor(value)), expected)
+        torch.testing.assert_close(loaded(torch.tensor(value)), expected)
+    with pytest.raises(NotImplementedError, match=r"cannot hand to JAX a program whose call gives sizes read from "
+                                                  r"tensor data \(u\d+: with no bound"):
+        artifact.to_jax()
     with pytest.raises(NotImplementedError, match=r"the sizes u\d+ are read from tensor data .* draws random"):
         export_to_stablehlo(torch.export.export(UnboundedNoise(), (torch.tensor(4),)))
 
