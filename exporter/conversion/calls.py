@@ -119,10 +119,12 @@ def output_values(signature: Signature, results: list) -> list:
         if value is not None and not slot.scalar:
             value = uncarried(value, slot.tensor.torch_dtype)
             for dim, size in enumerate(slot.tensor.shape):
-                if size in sizes and not 0 <= sizes[size] <= value.shape[dim]:
+                low, high = signature.dims.get(size, [0, None]) if size in sizes else (0, None)
+                high = value.shape[dim] if high is None else min(high, value.shape[dim])
+                if size in sizes and not max(low, 0) <= sizes[size] <= high:
                     raise DimensionError(
                         f"output '{slot.tensor.name}' has the data-dependent size {size} = {sizes[size]} along dim "
-                        f"{dim}, outside [0, {value.shape[dim]}], the bound it was exported with (torch._check): "
+                        f"{dim}, outside [{max(low, 0)}, {high}], the range it was exported with (torch._check): "
                         "the inputs break a check the program makes")
                 if size in sizes:
                     value = value.narrow(dim, 0, sizes[size])

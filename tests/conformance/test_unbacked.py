@@ -37,6 +37,26 @@ def test_bounded_item_sizes_are_padded_with_their_true_size():
         artifact(torch.tensor(7), torch.arange(2.0))  # eager's check fails too
 
 
+class AtLeastFour(torch.nn.Module):
+    """torch's test_export_constraints_error: a lower bound the size must keep."""
+
+    def forward(self, x):
+        n = x.item()
+        torch._check(n >= 4)
+        torch._check(n <= 5)
+        return torch.full((n, 1), 1)
+
+
+def test_a_size_below_its_checked_range_is_refused_as_eager_refuses_it():
+    ep = torch.export.export(AtLeastFour(), (torch.tensor([5]),))
+    artifact = export_to_stablehlo(ep)
+    torch.testing.assert_close(artifact(torch.tensor([4])), ep.module()(torch.tensor([4])))
+    with pytest.raises(RuntimeError, match=r"u\d+ >= 4"):
+        ep.module()(torch.tensor([3]))
+    with pytest.raises(DimensionError, match=r"data-dependent size u\d+ = 3 along dim 0, outside \[4, 5\]"):
+        artifact(torch.tensor([3]))
+
+
 class UnboundedNoise(torch.nn.Module):
     def forward(self, x):
         return torch.randn(x.item())
