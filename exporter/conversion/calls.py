@@ -119,15 +119,16 @@ def output_values(signature: Signature, results: list) -> list:
         if value is not None and not slot.scalar:
             value = uncarried(value, slot.tensor.torch_dtype)
             for dim, size in enumerate(slot.tensor.shape):
-                low, high = signature.dims.get(size, [0, None]) if size in sizes else (0, None)
-                high = value.shape[dim] if high is None else min(high, value.shape[dim])
-                if size in sizes and not max(low, 0) <= sizes[size] <= high:
+                if size not in sizes:
+                    continue
+                low, high = signature.dims.get(size, [0, None])  # the program's checks, within the padded size
+                low, high = max(low or 0, 0), value.shape[dim] if high is None else min(high, value.shape[dim])
+                if not low <= sizes[size] <= high:
                     raise DimensionError(
                         f"output '{slot.tensor.name}' has the data-dependent size {size} = {sizes[size]} along dim "
-                        f"{dim}, outside [{max(low, 0)}, {high}], the range it was exported with (torch._check): "
-                        "the inputs break a check the program makes")
-                if size in sizes:
-                    value = value.narrow(dim, 0, sizes[size])
+                        f"{dim}, outside [{low}, {high}], the range it was exported with (torch._check): the inputs "
+                        "break a check the program makes")
+                value = value.narrow(dim, 0, sizes[size])
         values.append(value)
     return values
 

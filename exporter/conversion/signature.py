@@ -67,10 +67,11 @@ PLATFORM_INDEX = "platform_index"
 PLATFORM_INDEX_SLOT = InputSlot(PLATFORM_INDEX, PLATFORM_INDEX, None, TensorSpec(PLATFORM_INDEX, "int32", ()))
 
 CALL_SIZE = "call_size"
-"""The kind of ``@main``'s arguments that give a size read from tensor data with no bound (``.item()``): one
-``int8[u_above_0, u_below_0, 0]`` (no elements; ``u`` is dim 0 less dim 1, as a pad may be negative) per such
-size ``u``, after the user inputs; ``@main`` returns the value its graph computes for each after everything else,
-and a call is run again with those until they agree (``call_sizes``)."""
+"""The kind of ``@main``'s arguments that give a size read from tensor data with no bound (``.item()``), or one
+that some op cannot take padded (``call_time_sizes``): one ``int8[u_above_0, u_below_0, 0]`` (no elements; ``u``
+is dim 0 less dim 1, as a pad may be negative) per such size ``u``, after the user inputs; ``@main`` returns the
+value its graph computes for each after everything else, and a call is run again with those until they agree
+(``call_sizes``)."""
 
 RNG_SEED = RNG_SEED_NAME
 """The kind and name of ``@main``'s last argument where the program draws random numbers: the seed."""
@@ -302,9 +303,10 @@ def signature_of(ep: torch.export.ExportedProgram, kinds: Sequence[str | None]) 
 
 
 def _call_size_slots(ep: torch.export.ExportedProgram, inputs: list[InputSlot]) -> list[InputSlot]:
-    """A ``CALL_SIZE`` argument for each size read from data with no bound (``call_time_sizes``). A call runs the
-    program until the sizes it computes are those it was given: refused where that would draw random numbers or
-    write state more than once."""
+    """A ``CALL_SIZE`` argument for each size read from data with no bound, or that some op cannot take padded
+    (``call_time_sizes``). A call runs the program until the sizes it computes are those it was given: refused
+    where that would draw random numbers or write state more than once (then only sizes with no bound are given,
+    and an op that cannot take a padded one raises naming it)."""
     rerunnable = not (uses_random(ep.graph_module) or any(s.kind == STATE for s in inputs))
     symbols = [str(s) for s in call_time_sizes(ep.graph_module, rerunnable)]
     if symbols and not rerunnable:
