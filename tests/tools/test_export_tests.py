@@ -7,6 +7,8 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 
 from torch_stablehlo.tools.export_tests import measure
 
+from ..conformance.test_unbacked import AtLeastFour
+
 
 class AddWeight(torch.nn.Module):
     def __init__(self):
@@ -15,14 +17,6 @@ class AddWeight(torch.nn.Module):
 
     def forward(self, x):
         return self.weight * x + 1
-
-
-class AtLeastFour(torch.nn.Module):
-    def forward(self, x):
-        n = x.item()
-        torch._check(n >= 4)
-        torch._check(n <= 5)
-        return torch.full((n, 1), 1)
 
 
 def test_fake_inputs_are_measured_on_values_drawn_at_random():
