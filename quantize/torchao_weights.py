@@ -12,6 +12,7 @@ makes each inner tensor a weight of its own, as it does for any ExportedProgram 
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 import torch
 from torch.export import ExportedProgram
@@ -112,7 +113,7 @@ def _flattened_subclasses(program: ExportedProgram, subclasses: dict[str, type])
     does not flatten."""
     names = ", ".join(f"'{target}' ({cls.__module__}.{cls.__name__})" for target, cls in subclasses.items())
     try:
-        flattened = program.run_decompositions({})
+        flattened = _without_preserved_calls(program).run_decompositions({})
     except Exception as error:  # noqa: BLE001  (any failure to trace through it is the subclass's to name)
         raise NotImplementedError(f"tensor-subclass weight(s) {names} cannot be made plain "
                                   f"({type(error).__name__}: {error}); give plain tensors") from error
@@ -122,3 +123,15 @@ def _flattened_subclasses(program: ExportedProgram, subclasses: dict[str, type])
             f"tensor-subclass weight(s) {names} make the program return tensors of their subclass, which a "
             "StableHLO function cannot return; return plain tensors (e.g. a subclass method that makes one)")
     return flattened
+
+
+def _without_preserved_calls(program: ExportedProgram) -> ExportedProgram:
+    """A shallow copy of ``program`` whose submodules keep no call signature (``preserve_module_call_signature``,
+    which ``run_decompositions`` cannot keep where a submodule takes a subclass weight it flattens): they serve
+    ``unflatten`` only, which a conversion never does; ``program`` is left as it is."""
+    if all(entry.signature is None for entry in program.module_call_graph if entry.fqn):
+        return program
+    copied = copy.copy(program)
+    copied._module_call_graph = [entry if not entry.fqn else dataclasses.replace(entry, signature=None)
+                                 for entry in program.module_call_graph]
+    return copied

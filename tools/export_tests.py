@@ -8,11 +8,12 @@ the file's own names for them are the wrapped ones; each outermost call that ret
 there, while the test's custom ops, configuration patches and process groups are still in place. The test's own
 pass or fail does not matter here. Each program ends in one ``STATUS``:
 
-- ``ok``: converts, matches; ``wrong``: converts, runs, and differs from ``ep.module()``; ``changed``: converting
-  changed the program; ``refused``: conversion raised (its error is the cause); ``run_error``: the converted
-  program raised when run;
-- ``unmeasurable``, not counted: the program has fake or meta tensors (no values to run on), or ``ep.module()``
-  itself raises on its example inputs.
+- ``ok``: converts, matches (where ``ep.module()`` itself raises on the example inputs, a check the program makes
+  failing: the artifact raises too); ``wrong``: converts, runs, and differs from ``ep.module()`` (or returns where
+  it raises); ``changed``: converting changed the program; ``refused``: conversion raised (its error is the
+  cause); ``run_error``: the converted program raised when run;
+- ``unmeasurable``, not counted: the program has no example inputs, or fake ones of symbolic shapes (fake or meta
+  tensors of static shapes are given values drawn at random).
 
     python -m torch_stablehlo.tools.export_tests PATH/test_export.py [-k SUBSTRING] [--json FILE]
 
@@ -34,7 +35,8 @@ from pathlib import Path
 import torch
 import torch.export._trace
 import torch.utils._pytree as pytree
-from torch._subclasses.fake_tensor import FakeTensor
+from torch._subclasses.fake_tensor import FakeTensor, unset_fake_temporarily
+from torch.export.dynamic_shapes import _IntWrapper
 
 from torch_stablehlo.exporter import UnsupportedOpsError
 
@@ -61,17 +63,49 @@ def _cause(error: BaseException) -> str:
     return re.sub(r"\d+", "N", f"{type(error).__name__}: {line}")[:160]
 
 
-def _has_no_values(ep: torch.export.ExportedProgram, inputs) -> bool:
+def _valueless(value) -> bool:
+    return isinstance(value, torch.Tensor) and (isinstance(value, FakeTensor) or value.is_meta)
+
+
+def _drawn(value):
+    """A real CPU tensor of a fake or meta tensor's (static) shape and dtype, drawn at random (a parameter stays
+    one); None where its shape is symbolic."""
+    if not all(isinstance(size, int) for size in value.shape):
+        return None
+    real = torch.randn(tuple(value.shape)).to(value.dtype) if value.dtype.is_floating_point else \
+        torch.randint(0, 4, tuple(value.shape)).to(value.dtype)
+    return torch.nn.Parameter(real, value.requires_grad) if isinstance(value, torch.nn.Parameter) else real
+
+
+def _with_values(ep: torch.export.ExportedProgram, inputs):
+    """``(ep, inputs)``; where some of their tensors are fake or meta (a test exported under FakeTensorMode), a
+    shallow copy of ``ep`` and the inputs with those drawn at random (``_drawn``): conversion and ``ep.module()``
+    read only their shapes and dtypes, so values drawn are as good as any. None where a shape is symbolic."""
     tensors = [*pytree.tree_leaves(inputs), *ep.state_dict.values(), *ep.constants.values()]
-    return any(isinstance(t, torch.Tensor) and (isinstance(t, FakeTensor) or t.is_meta) for t in tensors)
+    if not any(_valueless(t) for t in tensors):
+        return ep, inputs
+    drawn = {id(t): _drawn(t) for t in tensors if _valueless(t)}
+    if any(value is None for value in drawn.values()):
+        return None
+    copied = copy.copy(ep)
+    copied._state_dict = {name: drawn.get(id(value), value) for name, value in ep.state_dict.items()}
+    copied._constants = {name: drawn.get(id(value), value) for name, value in ep.constants.items()}
+    return copied, pytree.tree_map(lambda value: drawn.get(id(value), value), inputs)
 
 
 def measure(ep: torch.export.ExportedProgram, test: str) -> Program:
-    """Convert ``ep`` and compare it with ``ep.module()`` on its example inputs."""
-    inputs = ep.example_inputs
-    if inputs is None or _has_no_values(ep, inputs):
-        return Program(test, "unmeasurable", "fake or meta tensors: no values to run on")
-    args, kwargs = copy.deepcopy(inputs)
+    """Convert ``ep`` and compare it with ``ep.module()`` on its example inputs (values drawn where they are
+    fake: ``_with_values``)."""
+    with unset_fake_temporarily(), torch.device("cpu"):  # a test may export inside a fake mode
+        measured = _with_values(ep, ep.example_inputs) if ep.example_inputs is not None else None
+        if measured is None:
+            return Program(test, "unmeasurable", "no example inputs, or fake ones of symbolic shapes")
+        return _measured(*measured, test)
+
+
+def _measured(ep: torch.export.ExportedProgram, inputs, test: str) -> Program:
+    # ints a test wrapped to mark them dynamic (ShapesCollection) are plain ints to a caller
+    args, kwargs = pytree.tree_map_only(_IntWrapper, lambda wrapped: wrapped.val, copy.deepcopy(inputs))
     try:
         artifact = conformance.convert_read_only(ep)
     except conformance.ProgramChanged as error:
@@ -80,13 +114,23 @@ def measure(ep: torch.export.ExportedProgram, test: str) -> Program:
         return Program(test, "refused", _cause(error))
     try:
         conformance.run_against_module(ep, artifact, [(args, kwargs)])
-    except conformance.ModuleFails as error:
-        return Program(test, "unmeasurable", _cause(error))
+    except conformance.ModuleFails as error:  # the artifact must refuse these inputs too
+        return _refusing_alike(artifact, args, kwargs, test, error)
     except conformance.OutputsDiffer as error:
         return Program(test, "wrong", _cause(error))
     except Exception as error:  # noqa: BLE001
         return Program(test, "run_error", _cause(error))
     return Program(test, "ok")
+
+
+def _refusing_alike(artifact, args, kwargs, test: str, module_error: conformance.ModuleFails) -> Program:
+    """Where ``ep.module()`` raises on the example inputs (a check the program makes fails): ok where the
+    artifact raises too, wrong where it returns."""
+    try:
+        artifact(*args, **kwargs)
+    except Exception:  # noqa: BLE001  (any refusal matches: the reference's error is torch's own)
+        return Program(test, "ok")
+    return Program(test, "wrong", f"the artifact returned where {_cause(module_error)}")
 
 
 class _Recorder:

@@ -19,6 +19,8 @@ an index taken from them stays in range.
 """
 from __future__ import annotations
 
+import operator
+
 import sympy
 import torch
 from jaxlib.mlir import ir
@@ -91,6 +93,9 @@ def data_dependent_result(ctx, padded: ir.Value, actual: ir.Value, size, dim: in
         raise NotImplementedError(f"the data-dependent size {symbol} is an expression, not one symbol")
     if not isinstance(ctx.dims, PaddedDims):
         raise NotImplementedError("data-dependent sizes need the graph lowering's PaddedDims")
+    if given_size(ctx, size, actual):  # the call gives it: the padded result cut to it (exact)
+        sizes = [size if d == dim else n for d, n in enumerate(ir.RankedTensorType(padded.type).shape)]
+        return slice_dim(ctx, padded, dim, 0, ctx.dims.given[str(symbol)], sizes)
     ctx.dims.bind(symbol, dim_size(ctx, padded, dim), actual)
     return padded
 
@@ -105,10 +110,8 @@ def bound_scalar(ctx, value: ir.Value, meta) -> ir.Value:
             and isinstance(ctx.dims, PaddedDims)):
         return value
     upper = _upper_bound(meta)
-    if upper is not None:
+    if not given_size(ctx, meta, value) and upper is not None:
         ctx.dims.bind(meta.node.expr, ctx.size_value(upper), value)
-    else:
-        given_size(ctx, meta, value)
     return value
 
 
@@ -133,14 +136,20 @@ def _upper_bound(meta: torch.SymInt) -> int | None:
 
 _ITEMS = {aten._local_scalar_dense.default, aten.item.default}
 _SIZED_BY_DATA = {aten.bincount.default, aten.repeat_interleave.Tensor}  # ops whose result's dim 0 is such a size
+# ops whose result is held padded to a bound (``data_dependent_result``), or cut to a size the call gives
+_PADDED_SOURCES = {aten.nonzero.default, aten.masked_select.default, aten.index.Tensor}
 
 
-def call_time_sizes(graph_module: torch.fx.GraphModule) -> list[sympy.Symbol]:
+def call_time_sizes(graph_module: torch.fx.GraphModule, rerunnable: bool = True) -> list[sympy.Symbol]:
     """The sizes a call gives: each symbol a top-graph ``.item()`` (or ``bincount``, ``repeat_interleave``) makes
-    with no integer upper bound (no padded size can hold it) where some tensor of the graph has it in its shape. @main takes each as the size of an argument
-    (shape refinement then makes it static like an input dim) and returns the value its graph computes for it;
-    the caller runs it again with those values until they agree (``exporter.formats.artifact``)."""
-    in_shapes = set()
+    with no integer upper bound (no padded size can hold it), and, where the program may be run again for them
+    (``rerunnable``: it draws no random numbers and writes no state), each one a top-graph ``.item()``,
+    ``nonzero``, ``masked_select`` or boolean-mask index makes that some op of the graph cannot take padded
+    (``keeps_padding``: a sort, a product over it, attention): in both cases only where some tensor of the graph
+    has it in its shape. @main takes each as the size of an argument (shape refinement then makes it static like
+    an input dim) and returns the value its graph computes for it; the caller runs it again with those values
+    until they agree (``exporter.formats.artifact``)."""
+    in_shapes, unpaddable = set(), set()
     for module in graph_module.modules():
         if isinstance(module, torch.fx.GraphModule):
             for node in module.graph.nodes:
@@ -148,15 +157,31 @@ def call_time_sizes(graph_module: torch.fx.GraphModule) -> list[sympy.Symbol]:
                 for value in meta if isinstance(meta, (list, tuple)) else [meta]:
                     if isinstance(value, torch.Tensor):
                         in_shapes |= free_unbacked_symbols(value.shape)
+                if rerunnable and node.op == "call_function" and node.target is not operator.getitem \
+                        and not isinstance(meta, torch.SymInt) and not keeps_padding(node):
+                    torch.fx.node.map_arg((node.args, node.kwargs), lambda a: unpaddable.update(
+                        free_unbacked_symbols(a.meta["val"].shape)) if is_padded(a) else None)
     symbols = []
     for node in graph_module.graph.nodes:
-        meta = node.meta.get("val")
-        size = meta if node.target in _ITEMS else meta.shape[0] if node.target in _SIZED_BY_DATA else None
-        if isinstance(size, torch.SymInt) and isinstance(size.node.expr, sympy.Symbol) \
-                and free_unbacked_symbols(size) and size.node.expr in in_shapes and size.node.expr not in symbols \
-                and _upper_bound(size) is None:
-            symbols.append(size.node.expr)
+        for size in _sizes_made(node):
+            if isinstance(size, torch.SymInt) and isinstance(size.node.expr, sympy.Symbol) \
+                    and free_unbacked_symbols(size) and size.node.expr in in_shapes \
+                    and size.node.expr not in symbols \
+                    and (_upper_bound(size) is None or size.node.expr in unpaddable):
+                symbols.append(size.node.expr)
     return symbols
+
+
+def _sizes_made(node: torch.fx.Node) -> list:
+    """The data-dependent sizes ``node`` makes that a call may give (``call_time_sizes``)."""
+    meta = node.meta.get("val")
+    if node.target in _ITEMS:
+        return [meta]
+    if node.target in _SIZED_BY_DATA:
+        return [meta.shape[0]]
+    if node.target in _PADDED_SOURCES and isinstance(meta, torch.Tensor):
+        return list(meta.shape)
+    return []
 
 
 # -- which ops may take a padded tensor (the graph lowering checks every node) ---------------------------------

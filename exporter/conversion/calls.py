@@ -9,6 +9,7 @@ from typing import Sequence
 import numpy as np
 import torch
 import torch.utils._pytree as pytree
+from torch._export.non_strict_utils import _enable_graph_inputs_of_type_nn_module
 
 from torch_stablehlo.stablehlo_ir.dtypes import uncarried
 from torch_stablehlo.stablehlo_ir.specs import TensorSpec
@@ -66,7 +67,11 @@ def tensor_inputs(signature: Signature, args: tuple, kwargs: dict) -> list:
         raise InputError(f"keyword inputs: expected {expected_keys}"
                          + (f"; unexpected {unknown}" if unknown else "")
                          + (f"; missing {missing}" if missing else ""))
-    flat, spec = pytree.tree_flatten(_sizes_as_tuples((tuple(args), {k: kwargs[k] for k in expected_keys})))
+    inputs = _sizes_as_tuples((tuple(args), {k: kwargs[k] for k in expected_keys}))
+    flat, spec = pytree.tree_flatten(inputs)
+    if spec != in_spec and any(isinstance(leaf, torch.nn.Module) for leaf in flat):
+        with _enable_graph_inputs_of_type_nn_module(inputs):  # as export and ep.module() flatten a module input:
+            flat, spec = pytree.tree_flatten(inputs)           # its parameters and buffers, while registered
     if spec != in_spec:
         raise InputError(f"inputs do not have the structure the model was exported with.\n"
                          f"  expected: {in_spec}\n  got:      {spec}")
@@ -114,13 +119,16 @@ def output_values(signature: Signature, results: list) -> list:
         if value is not None and not slot.scalar:
             value = uncarried(value, slot.tensor.torch_dtype)
             for dim, size in enumerate(slot.tensor.shape):
-                if size in sizes and not 0 <= sizes[size] <= value.shape[dim]:
+                if size not in sizes:
+                    continue
+                low, high = signature.dims.get(size, [0, None])  # the program's checks, within the padded size
+                low, high = max(low or 0, 0), value.shape[dim] if high is None else min(high, value.shape[dim])
+                if not low <= sizes[size] <= high:
                     raise DimensionError(
                         f"output '{slot.tensor.name}' has the data-dependent size {size} = {sizes[size]} along dim "
-                        f"{dim}, outside [0, {value.shape[dim]}], the bound it was exported with (torch._check): "
-                        "the inputs break a check the program makes")
-                if size in sizes:
-                    value = value.narrow(dim, 0, sizes[size])
+                        f"{dim}, outside [{low}, {high}], the range it was exported with (torch._check): the inputs "
+                        "break a check the program makes")
+                value = value.narrow(dim, 0, sizes[size])
         values.append(value)
     return values
 

@@ -66,10 +66,11 @@ PLATFORM_INDEX = "platform_index"
 PLATFORM_INDEX_SLOT = InputSlot(PLATFORM_INDEX, PLATFORM_INDEX, None, TensorSpec(PLATFORM_INDEX, "int32", ()))
 
 CALL_SIZE = "call_size"
-"""The kind of ``@main``'s arguments that give a size read from tensor data with no bound (``.item()``): one
-``int8[u_above_0, u_below_0, 0]`` (no elements; ``u`` is dim 0 less dim 1, as a pad may be negative) per such
-size ``u``, after the user inputs; ``@main`` returns the value its graph computes for each after everything else,
-and a call is run again with those until they agree (``call_sizes``)."""
+"""The kind of ``@main``'s arguments that give a size read from tensor data with no bound (``.item()``), or one
+that some op cannot take padded (``call_time_sizes``): one ``int8[u_above_0, u_below_0, 0]`` (no elements; ``u``
+is dim 0 less dim 1, as a pad may be negative) per such size ``u``, after the user inputs; ``@main`` returns the
+value its graph computes for each after everything else, and a call is run again with those until they agree
+(``call_sizes``)."""
 
 RNG_SEED = RNG_SEED_NAME
 """The kind and name of ``@main``'s last argument where the program draws random numbers: the seed."""
@@ -204,7 +205,7 @@ class Signature:
 
 
 OUTPUT_SLOT_KINDS = frozenset(OUTPUT_KINDS.values())
-INPUT_SLOT_KINDS = frozenset({kind.name for kind in INPUT_KINDS.values()} | {STATE, RNG_SEED})
+INPUT_SLOT_KINDS = frozenset({kind.name for kind in INPUT_KINDS.values()} | {STATE, RNG_SEED, CALL_SIZE})
 """The kinds an input slot may have (a manifest's are checked against them)."""
 
 
@@ -262,7 +263,7 @@ def signature_of(ep: torch.export.ExportedProgram, kinds: Sequence[str | None]) 
     if names:
         inputs = [dataclasses.replace(s, tensor=symbolic_dims.renamed_spec(s.tensor, names)) for s in inputs]
         outputs = [dataclasses.replace(s, tensor=symbolic_dims.renamed_spec(s.tensor, names)) for s in outputs]
-    return Signature(inputs, outputs, _dumped(in_spec, "input"), _dumped(out_spec, "output"), _dim_ranges(ep),
+    return Signature(inputs, outputs, _dumped(in_spec), _dumped(out_spec), _dim_ranges(ep),
                      data_dependent_sizes(n.meta.get("val") for n in output_node.args[0]
                                           if isinstance(n, torch.fx.Node)),
                      arg_names=list(call_signature.forward_arg_names or [])[:in_spec.child(0).num_children],
@@ -271,11 +272,13 @@ def signature_of(ep: torch.export.ExportedProgram, kinds: Sequence[str | None]) 
 
 
 def _call_size_slots(ep: torch.export.ExportedProgram, inputs: list[InputSlot]) -> list[InputSlot]:
-    """A ``CALL_SIZE`` argument for each size read from data with no bound (``call_time_sizes``). A call runs the
-    program until the sizes it computes are those it was given: refused where that would draw random numbers or
-    write state more than once."""
-    symbols = [str(s) for s in call_time_sizes(ep.graph_module)]
-    if symbols and (uses_random(ep.graph_module) or any(s.kind == STATE for s in inputs)):
+    """A ``CALL_SIZE`` argument for each size read from data with no bound, or that some op cannot take padded
+    (``call_time_sizes``). A call runs the program until the sizes it computes are those it was given: refused
+    where that would draw random numbers or write state more than once (then only sizes with no bound are given,
+    and an op that cannot take a padded one raises naming it)."""
+    rerunnable = not (uses_random(ep.graph_module) or any(s.kind == STATE for s in inputs))
+    symbols = [str(s) for s in call_time_sizes(ep.graph_module, rerunnable)]
+    if symbols and not rerunnable:
         raise NotImplementedError(
             f"the sizes {', '.join(symbols)} are read from tensor data (.item(), bincount, repeat_interleave) with "
             "no upper bound, so a call runs the program until they are known, which a program that draws random "
@@ -330,20 +333,24 @@ def _dim_ranges(ep: torch.export.ExportedProgram) -> dict[str, list]:
             for symbol, r in sorted(ep.range_constraints.items(), key=lambda item: str(item[0]))}
 
 
-def _dumped(spec: pytree.TreeSpec, what: str) -> str:
-    """The spec as text (``_serializable``); raises ExportError naming a type in it that has no pytree
-    serialization name (an ``nn.Module`` passed as an input, an unregistered dataclass)."""
-    try:
-        return pytree.treespec_dumps(_serializable(spec))
-    except NotImplementedError:
-        kind = next(t for t in _types(spec) if t is not pytree.namedtuple and not _has_serialized_name_of(t)
-                    and not (isinstance(t, type) and issubclass(t, tuple)))
-        module = " (an nn.Module: its weights are not an input; make it an attribute of the model)" \
-            if isinstance(kind, type) and issubclass(kind, torch.nn.Module) else ""
-        raise ExportError(
-            f"an {what} of the program is a {kind.__module__}.{kind.__qualname__}{module}, a type with no pytree "
-            "serialization name, so @main's calling convention cannot record it: pass its tensors (or register the "
-            "class with torch.export.register_dataclass(cls, serialized_type_name=...))") from None
+def _dumped(spec: pytree.TreeSpec) -> str:
+    """The spec as text (``_serializable``): a type with no pytree serialization name (an ``nn.Module`` passed as
+    an input, an unregistered dataclass, a ``register_constant`` class) as a plain tuple of its children, which
+    this process's calls never read (they take ``live_trees``) and a bundle never holds (``unnamed_types``)."""
+    return pytree.treespec_dumps(_serializable(spec))
+
+
+def unnamed_types(signature: Signature) -> str | None:
+    """Where the call's pytrees hold a type with no pytree serialization name (so its text, ``in_spec`` and
+    ``out_spec``, cannot record it): that type, described with what to do; else None."""
+    kinds = [t for spec in signature.live_trees or () for t in _types(spec) if not _recorded(t)]
+    if not kinds:
+        return None
+    kind = kinds[0]
+    module = " (an nn.Module: its weights are inputs of the program; make it an attribute of the model)" \
+        if isinstance(kind, type) and issubclass(kind, torch.nn.Module) else ""
+    return (f"{kind.__module__}.{kind.__qualname__}{module}, a type with no pytree serialization name: pass its "
+            "tensors, or register the class with torch.export.register_dataclass(cls, serialized_type_name=...)")
 
 
 def _types(spec: pytree.TreeSpec):
@@ -353,19 +360,25 @@ def _types(spec: pytree.TreeSpec):
             yield from _types(child)
 
 
+def _recorded(kind) -> bool:
+    """Whether a pytree node type survives ``_dumped``'s text (tuple subclasses become plain tuples)."""
+    return kind is pytree.namedtuple or _has_serialized_name_of(kind) or (isinstance(kind, type)
+                                                                          and issubclass(kind, tuple))
+
+
 def _has_serialized_name_of(kind) -> bool:
     registered = pytree.SUPPORTED_SERIALIZED_TYPES.get(kind)
     return registered is not None and registered.serialized_type_name != "NO_SERIALIZED_TYPE_NAME_FOUND"
 
 
 def _serializable(spec: pytree.TreeSpec) -> pytree.TreeSpec:
-    """The spec with tuple subclasses that torch cannot serialise (``torch.return_types.max``,
-    unregistered namedtuples) replaced by plain tuples, so a loaded artifact returns tuples there."""
+    """The spec with the types torch cannot serialise replaced by plain tuples: tuple subclasses
+    (``torch.return_types.max``, unregistered namedtuples), which a loaded artifact returns as tuples, and the
+    types ``unnamed_types`` names, which no bundle holds."""
     if spec.is_leaf():
         return spec
     children = [_serializable(child) for child in spec.children()]
-    if not _has_serialized_name(spec) and (
-            spec.type is pytree.namedtuple or (isinstance(spec.type, type) and issubclass(spec.type, tuple))):
+    if not _has_serialized_name(spec):
         return pytree.TreeSpec(tuple, None, children)
     return pytree.TreeSpec(spec.type, spec.context, children)
 

@@ -22,11 +22,11 @@ from torch_stablehlo.stablehlo_ir.platforms import for_platform
 from torch_stablehlo.stablehlo_ir.unused import results_only
 
 from . import bundle
-from ..errors import DimensionError, WeightsError
+from ..errors import DimensionError, ExportError, WeightsError
 from .jax_handoff import to_jax
 from ..autoshard.plan import ShardingPlan
 from ..conversion.calls import check_dims, output_values, tensor_inputs, unflatten_outputs, validate_inputs
-from ..conversion.signature import Signature
+from ..conversion.signature import Signature, unnamed_types
 from .versions import DEFAULT_TARGET
 from .weights import alias_map, attach, missing_data
 
@@ -354,10 +354,11 @@ class StableHLOArtifact:
     def _require_no_call_sizes(self, action: str) -> None:
         if self.signature.call_sizes:
             raise NotImplementedError(
-                f"cannot {action} a program that reads sizes from tensor data with no bound "
-                f"({', '.join(self.signature.call_sizes)}, from .item(), bincount, repeat_interleave): @main takes "
-                "them as arguments, which only this artifact's own call finds (it runs @main until they agree); "
-                "bound them where they are made (torch._check(u <= N)) to hold them padded instead")
+                f"cannot {action} a program whose call gives sizes read from tensor data "
+                f"({', '.join(self.signature.call_sizes)}: with no bound, or taken by an op that cannot take them "
+                "padded to one): @main takes them as arguments, which only this artifact's own call finds (it runs "
+                "@main until they agree), here or loaded from its bundle (save it with artifact.save); bound them "
+                "where they are made (torch._check(u <= N)) and keep them to ops that take padded rows")
 
     def _require_sized_outputs(self, action: str) -> None:
         self._require_no_call_sizes(action)
@@ -377,7 +378,10 @@ class StableHLOArtifact:
         Weights go to safetensors shards of at most ``shard_size`` bytes. An existing bundle at
         ``path`` is replaced; anything else there is an error.
         """
-        self._require_no_call_sizes("save a bundle of")
+        unnamed = unnamed_types(self.signature)
+        if unnamed:
+            raise ExportError(f"cannot save a bundle of this program: its manifest records the pytree of its inputs "
+                              f"and outputs, which holds a {unnamed}")
         return bundle.save_bundle(path, self.stablehlo_text, self.signature, self.weights,
                                   target_version=target_version, shard_bytes=shard_size, include_text=include_text)
 

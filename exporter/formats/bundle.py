@@ -404,7 +404,7 @@ def check_main(where: str, signature: Signature, main_types: tuple[list, list]) 
     static dims (a symbolic dim where the module's is dynamic, a data-dependent one of any size) and element type
     (PJRT takes any buffer of the right size: a state of another dtype would be read as the module's)."""
     arguments = [s.tensor for s in signature.main_inputs]
-    results = [s.tensor for s in signature.main_outputs] + [None] * len(signature.sizes)
+    results = [s.tensor for s in signature.main_outputs] + [None] * (len(signature.sizes) + len(signature.call_sizes))
     for what, specs, types in (("arguments", arguments, main_types[0]), ("results", results, main_types[1])):
         if len(specs) != len(types):
             raise BundleError(f"{where} does not fit its module: the signature lists {len(specs)} @main "

@@ -1,6 +1,6 @@
 """Ops whose output size depends on the data, against eager torch: nonzero, argwhere, masked_select, unique,
-unique_consecutive (padded to a static bound, returned at their true size), ops on their results, and the
-clear errors for what cannot be padded."""
+unique_consecutive (padded to a static bound, returned at their true size), ops on their results (or, for ops
+that cannot take padding, sizes given by the call), and the clear errors for what can be neither."""
 from __future__ import annotations
 
 import pytest
@@ -128,11 +128,18 @@ def test_reductions_with_an_identity_take_padded_tensors():
                          sparse((3, 4), torch.float32))
 
 
+def test_ops_that_cannot_take_padding_get_the_size_from_the_call():
+    """A mean, a sort, a reshape across the padded dim: nonzero's and masked_select's sizes are then given by the
+    call (``emit.padded.call_time_sizes``), exact, as an unbounded ``.item()`` is."""
+    assert_matches_eager(lambda x: (torch.nonzero(x).float().mean(), torch.nonzero(x).t().reshape(-1),
+                                    x.masked_select(x > 0).sort(descending=True).values), sparse((3, 4), torch.float32))
+
+
 @pytest.mark.parametrize("function, message", [
-    (lambda x: torch.nonzero(x).float().mean(), r"aten\.mean\.\w+ at .* takes \w+, whose size is data-dependent"),
-    (lambda x: torch.nonzero(x).t().reshape(-1), r"takes \w+, whose size is data-dependent"),
+    (lambda x: torch.nonzero(x).float().mean() + torch.rand(()), r"aten\.mean\.\w+ at .* takes \w+, whose size "
+     r"is data-dependent"),
     (lambda x: torch.unique(x)[torch.tensor([-1])], r"takes getitem\w*, whose size is data-dependent"),
-], ids=["reduction", "reshape", "index_into"])
+], ids=["reduction_in_a_random_program", "index_into"])
 def test_unsupported_uses_raise_clearly(function, message):
     x = sparse((3, 4), torch.float32)
     with pytest.raises(LoweringError, match=message):

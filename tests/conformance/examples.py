@@ -125,6 +125,18 @@ class Vmapped(torch.nn.Module):
         return torch.vmap(lambda a, b: (a * b + 1).sum(dim=0))(x, y).sum(dim=0)
 
 
+class CachePrefixAttention(torch.nn.Module):
+    """Attention over a cache's first ``position + 1`` rows, ``position`` read from data with a bound: attention
+    cannot take the rows padded to the bound, so the call gives the size."""
+
+    def forward(self, query, cache, position):
+        end = position.item()
+        torch._check(end >= 0)
+        torch._check(end < cache.shape[1])
+        keys = cache[:, :end + 1].transpose(1, 2)
+        return F.scaled_dot_product_attention(query.transpose(1, 2), keys, keys)
+
+
 batch, length = Dim("batch", min=2, max=64), Dim("length", min=2, max=64)
 CASES = [
     Case("linear_relu", LinearRelu(), (make((2, 6)), make((1, 3, 5, 5))), dynamic_shapes=({0: batch}, None),
@@ -152,6 +164,9 @@ CASES = [
          extra_args=[(make((1, 2, 9, 8)), make((1, 2, 9, 8), seed=1), make((1, 2, 9, 8), seed=2))]),
     Case("constants", Constants(), (torch.tensor([2, 0]),)),
     Case("while_loop", Loop(), (make(3),)),
+    Case("cache_prefix_attention", CachePrefixAttention(), (make((1, 1, 2, 4)), make((1, 6, 2, 4), seed=1),
+                                                            torch.tensor([2])),
+         extra_args=[(make((1, 1, 2, 4)), make((1, 6, 2, 4), seed=1), torch.tensor([5]))]),
     Case("vmap", Vmapped(), (make((3, 2)), make((3, 2), seed=1)), dynamic_shapes=({0: batch}, {0: batch}),
          extra_args=[(make((5, 2), seed=2), make((5, 2), seed=3))]),
 ]

@@ -1,6 +1,6 @@
 """Sizes torch computes through floats (``round(s / 2.0)``) are integer arithmetic in the module and in a dim's
-text, exact at every size; inputs whose type has no pytree serialization name (a module, an unregistered dataclass)
-are refused naming the type."""
+text, exact at every size; inputs whose type has no pytree serialization name (a module, an unregistered dataclass,
+a registered constant) convert, and saving a bundle of them is refused naming the type."""
 import dataclasses
 import math
 
@@ -58,6 +58,7 @@ class TakesModule(torch.nn.Module):
 @dataclasses.dataclass
 class Unnamed:
     t: torch.Tensor
+    scale: int
 
 
 pytree.register_dataclass(Unnamed)
@@ -65,16 +66,39 @@ pytree.register_dataclass(Unnamed)
 
 class TakesDataclass(torch.nn.Module):
     def forward(self, d):
-        return d.t * 2
+        return d.t * d.scale
 
 
-def test_inputs_without_a_serialization_name_are_refused_naming_the_type():
-    ep = torch.export.export(TakesModule(), (torch.randn(3), torch.nn.Linear(3, 3)), strict=False)
-    with pytest.raises(ExportError, match=r"torch\.nn\.modules\.linear\.Linear \(an nn\.Module"):
-        export_to_stablehlo(ep)
-    ep = torch.export.export(TakesDataclass(), (Unnamed(torch.ones(2)),))
-    with pytest.raises(ExportError, match=r"test_sizes_and_input_types\.Unnamed, a type with no pytree serialization"):
-        export_to_stablehlo(ep)
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    offset: int
+
+
+pytree.register_constant(Settings)
+
+
+class TakesConstant(torch.nn.Module):
+    def forward(self, x, settings):
+        return x + settings.offset
+
+
+def test_inputs_without_a_serialization_name_convert_and_bundles_refuse_naming_the_type(tmp_path):
+    """A module input flattens to its weights (as ep.module() flattens it), a dataclass and a registered constant
+    by their live pytree; only a bundle's manifest must record the pytree as text, so saving one is refused."""
+    linear = torch.nn.Linear(3, 3)
+    cases = [(TakesModule(), (torch.randn(2, 3), linear), r"torch\.nn\.modules\.linear\.Linear \(an nn\.Module"),
+             (TakesDataclass(), (Unnamed(torch.randn(2), 3),), r"test_sizes_and_input_types\.Unnamed, a type with no"),
+             (TakesConstant(), (torch.randn(2), Settings(4)), r"test_sizes_and_input_types\.Settings, a type with no")]
+    for model, inputs, named in cases:
+        ep = torch.export.export(model, inputs, strict=False)
+        artifact = export_to_stablehlo(ep)
+        conformance.run_against_module(ep, artifact, [(inputs, {})])
+        with pytest.raises(ExportError, match=named):
+            artifact.save(tmp_path / "bundle")
+        assert not (tmp_path / "bundle").exists()
+    ep = torch.export.export(TakesModule(), (torch.randn(2, 3), linear), strict=False)
+    other = torch.nn.Linear(3, 3)  # another module of the type: its own weights are the inputs
+    conformance.run_against_module(ep, export_to_stablehlo(ep), [((torch.randn(2, 3), other), {})])
 
 
 class GridOfSize(torch.nn.Module):

@@ -6,6 +6,7 @@ import torch
 
 from torch_stablehlo.exporter import export_to_stablehlo
 from torch_stablehlo.exporter.errors import DimensionError, LoweringError
+from torch_stablehlo import load_artifact
 from torch_stablehlo.tools import conformance
 
 
@@ -36,6 +37,26 @@ def test_bounded_item_sizes_are_padded_with_their_true_size():
         artifact(torch.tensor(7), torch.arange(2.0))  # eager's check fails too
 
 
+class AtLeastFour(torch.nn.Module):
+    """torch's test_export_constraints_error: a lower bound the size must keep."""
+
+    def forward(self, x):
+        n = x.item()
+        torch._check(n >= 4)
+        torch._check(n <= 5)
+        return torch.full((n, 1), 1)
+
+
+def test_a_size_below_its_checked_range_is_refused_as_eager_refuses_it():
+    ep = torch.export.export(AtLeastFour(), (torch.tensor([5]),))
+    artifact = export_to_stablehlo(ep)
+    torch.testing.assert_close(artifact(torch.tensor([4])), ep.module()(torch.tensor([4])))
+    with pytest.raises(RuntimeError, match=r"u\d+ >= 4"):
+        ep.module()(torch.tensor([3]))
+    with pytest.raises(DimensionError, match=r"data-dependent size u\d+ = 3 along dim 0, outside \[4, 5\]"):
+        artifact(torch.tensor([3]))
+
+
 class UnboundedNoise(torch.nn.Module):
     def forward(self, x):
         return torch.randn(x.item())
@@ -43,15 +64,19 @@ class UnboundedNoise(torch.nn.Module):
 
 def test_unbounded_item_sizes_are_given_by_the_call(tmp_path):
     """No padded size can hold them: @main takes each as an argument's size and returns the value it computes;
-    the artifact runs it until they agree. What only the artifact's call can do is refused elsewhere, naming
-    the size."""
+    the artifact runs it until they agree, loaded from its bundle too. What only the artifact's call can do is
+    refused elsewhere, naming the size."""
     ep = torch.export.export(Unbounded(), (torch.tensor(4),))
     artifact = export_to_stablehlo(ep)
+    loaded = load_artifact(artifact.save(tmp_path / "bundle"))
+    assert loaded.signature.call_sizes == artifact.signature.call_sizes
     for value in (4, 0, 9):
-        torch.testing.assert_close(artifact(torch.tensor(value)), ep.module()(torch.tensor(value)))
-    with pytest.raises(NotImplementedError, match=r"cannot save a bundle of .* no bound \(u\d+, from .item\(\)"):
-        artifact.save(tmp_path / "bundle")
-    assert not (tmp_path / "bundle").exists()
+        expected = ep.module()(torch.tensor(value))
+        torch.testing.assert_close(artifact(torch.tensor(value)), expected)
+        torch.testing.assert_close(loaded(torch.tensor(value)), expected)
+    with pytest.raises(NotImplementedError, match=r"cannot hand to JAX a program whose call gives sizes read from "
+                                                  r"tensor data \(u\d+: with no bound"):
+        artifact.to_jax()
     with pytest.raises(NotImplementedError, match=r"the sizes u\d+ are read from tensor data .* draws random"):
         export_to_stablehlo(torch.export.export(UnboundedNoise(), (torch.tensor(4),)))
 
