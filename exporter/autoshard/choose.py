@@ -26,20 +26,21 @@ from .timing import timeable, timed_plans
 
 
 def search_plan(program: ExportedProgram, signature: Signature, mesh, max_bytes_per_device=None,
-                platform: str = "cpu", timed: bool = True) -> ShardingPlan:
+                platform: str = "cpu", timed: bool = True, loop_carried: int = 0) -> ShardingPlan:
     """The fastest plan for ``program`` over ``mesh`` whose weights and inputs fit ``max_bytes_per_device``:
     timed among the candidates (``timed``, where the program can run: static shapes, weights with data), else
-    the integer program's optimum under the measured rates. ``plan.timings``: each timed candidate's seconds."""
+    the integer program's optimum under the measured rates. ``plan.timings``: each timed candidate's seconds.
+    ``loop_carried``: the first that many results are the first user inputs of the next call (``ilp_plan``)."""
     mesh = check_mesh(mesh)
     budget = checked_budget(max_bytes_per_device)
     costs = device_costs(mesh, platform)  # MeshError here, before any search or compile, if devices are missing
-    searched = ilp_plan(program, signature, mesh, costs, budget)
+    searched = ilp_plan(program, signature, mesh, costs, budget, loop_carried)
     if not timed or not timeable(program, signature):
         return searched
     candidates = {"searched": searched}
     for name, calibrated in (("searched, gathers as reduces", _gathers_as_reduces(costs)),
                              ("searched, collectives / 10", _cheaper_collectives(costs, 10.0))):
-        candidates[name] = ilp_plan(program, signature, mesh, calibrated, budget)
+        candidates[name] = ilp_plan(program, signature, mesh, calibrated, budget, loop_carried)
     first, last = list(mesh)[0], list(mesh)[-1]
     candidates["data-parallel"] = data_parallel_plan(program, signature, mesh)  # replicated where nothing divides
     candidates["fsdp"] = fsdp_plan(program, signature, last, first, mesh)

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import torch
 from torch.export import ExportedProgram
+from torch.export.graph_signature import InputKind, OutputKind
 
 from torch_stablehlo.exported_program import USER_INPUT, copied_graph_module
 from torch_stablehlo.runtime.device_costs import DeviceCosts
@@ -89,10 +90,12 @@ def checked_budget(max_bytes_per_device):
 
 
 def ilp_plan(program: ExportedProgram, signature: Signature, mesh: dict[str, int], costs: DeviceCosts,
-             max_bytes_per_device=None) -> ShardingPlan:
-    """The plan whose estimate under ``costs`` is least, under the budget (``problem`` solved by ``solve``)."""
+             max_bytes_per_device=None, loop_carried: int = 0) -> ShardingPlan:
+    """The plan whose estimate under ``costs`` is least, under the budget (``problem`` solved by ``solve``);
+    ``loop_carried``: the program's first that many results are its first user inputs at the next call (a loop's
+    step)."""
     names = held_slots(signature, program)
-    problem = build_problem(program.graph, names, mesh, costs)
+    problem = build_problem(program.graph, names, mesh, costs, carried_results(program, loop_carried))
     solution = solve(problem, max_bytes_per_device)
     specs, constraints = {}, {}
     for choice, pick in zip(problem.choices, solution.picks):
@@ -104,6 +107,20 @@ def ilp_plan(program: ExportedProgram, signature: Signature, mesh: dict[str, int
                 constraints[node.name] = strategy.result
     order = list(names.values())  # the signature's order
     return ShardingPlan({n: specs[n] for n in order}, mesh, _held(names), solution.seconds, constraints)
+
+
+def carried_results(program: ExportedProgram, count: int) -> dict[torch.fx.Node, torch.fx.Node]:
+    """The program's first ``count`` user results -> the user inputs (placeholders) they are at the next call."""
+    if not count:
+        return {}
+    placeholders = [n for n in program.graph.nodes if n.op == "placeholder"]
+    inputs = [n for n, spec in zip(placeholders, program.graph_signature.input_specs)
+              if spec.kind == InputKind.USER_INPUT]
+    returned = next(n for n in program.graph.nodes if n.op == "output").args[0]
+    results = [n for n, spec in zip(returned, program.graph_signature.output_specs)
+               if spec.kind == OutputKind.USER_OUTPUT]
+    return {result: given for result, given in zip(results[:count], inputs[:count])
+            if isinstance(result, torch.fx.Node)}
 
 
 def data_parallel_plan(program: ExportedProgram, signature: Signature, mesh: dict[str, int]) -> ShardingPlan:

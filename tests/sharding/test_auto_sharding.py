@@ -44,6 +44,29 @@ def test_a_mixture_of_experts_plan_splits_the_experts_and_equals_eager(tmp_path)
     assert result["device_argument_bytes"] < result["full_argument_bytes"] / 2
 
 
+CACHES = [f"state_caches_{i}" for i in range(4)]
+
+
+def test_a_decode_steps_cache_is_split_over_heads_where_no_axis_divides_the_batch(report):
+    plan = _ok(report["generate_heads_plan"])["plan"]
+    assert {name: plan[name] for name in CACHES} == dict.fromkeys(CACHES, [None, "model"])  # [rows, kv heads, ...]
+    for layer in (0, 1):  # the keys' and values' products split alike: each device makes its own heads' entries
+        assert plan[f"model.model.layers.{layer}.self_attn.k_proj.weight"] == ["model"]
+        assert plan[f"model.model.layers.{layer}.self_attn.v_proj.weight"] == ["model"]
+    assert plan["state_tokens"] == []
+
+
+@pytest.mark.full_sweep_only
+def test_export_generate_over_a_mesh_is_token_exact_with_generate(tmp_path):
+    subprocess.run([sys.executable, "-m", "tests.sharding.auto_checks", str(tmp_path / "report.json"), str(tmp_path),
+                    "generate_on_mesh"], check=True, timeout=600, env=dict(os.environ), capture_output=True)
+    result = _ok(json.loads((tmp_path / "report.json").read_text())["generate_on_mesh"])
+    heads, auto = result["heads"], result["auto"]
+    assert heads["equal"] and auto["equal"]
+    assert "f32[3,1,64,16]" in heads["cache_shapes"]  # each device holds one of the two kv heads' cache
+    assert auto["chosen"] is not None                   # "auto": a searched (and timed) plan
+
+
 @pytest.fixture(scope="module")
 def fsdp_plan():
     model, args = decoder_example()
