@@ -4,12 +4,15 @@ The integer program (``plan.ilp_plan``) prices plans with rates measured on the 
 on them is not the sum of its parts: on CPU, virtual devices share the host's cores, XLA fuses, overlaps and adds
 collectives of its own. So the program's optimum is one proposal among several: its optimum under the measured
 rates and under two other calibrations of them (all-gathers priced as the measured all-reduces; every collective
-at a tenth of its measured price, the rates a fast interconnect has), and the plans the field starts from:
-data-parallel and FSDP (over the last axis, the batch over the first). Replicated is not timed: data-parallel
-holds the same weights, does a share of the work and is the replicated plan where no axis divides the batch.
-Those that fit
-``max_bytes_per_device`` are compiled and timed on the mesh (``timing``, on a shallow copy where layers repeat);
-the fastest is the plan. Its cost: one compile and a few calls of a shallow copy per distinct candidate.
+at a tenth of its measured price, the rates a fast interconnect has), and the plans the field writes by hand:
+data-parallel, Megatron-LM's tensor-parallel plan (over the last axis, the batch over the others; found from the
+graph, ``plan.megatron_plan``) and FSDP (over the last axis, the batch over the first). Replicated is not timed:
+data-parallel holds the same weights, does a share of the work and is the replicated plan where no axis divides
+the batch. Those that fit ``max_bytes_per_device`` are compiled and timed on the mesh (``timing``), in two stages:
+all of them on a one-layer copy compiled fast, then those within ``CLOSE`` of the fastest again, on a two-layer
+copy compiled as the export compiles it, with more calls. The fastest of the second stage is the plan, but a hand
+plan within ``TIE`` of it wins the tie: a plan the field knows, where the timing cannot tell them apart. Its cost:
+one compile and a few calls of a shallow copy per distinct candidate, and one more of the close ones.
 """
 from __future__ import annotations
 
@@ -21,15 +24,20 @@ from torch_stablehlo.runtime.device_costs import Collective, DeviceCosts, device
 
 from ..conversion.input_shardings import check_mesh
 from ..conversion.signature import Signature
-from .plan import ShardingPlan, checked_budget, data_parallel_plan, fsdp_plan, ilp_plan
-from .timing import timeable, timed_plans
+from .plan import ShardingPlan, checked_budget, data_parallel_plan, fsdp_plan, ilp_plan, megatron_plan
+from .timing import CONFIRM, timeable, timed_plans
+
+CLOSE = 1.3  # candidates within this of the first stage's fastest are timed again (its calls vary by 10-20%)
+TIE = 1.03   # a hand plan this close to the fastest of the second stage is chosen
+HAND_PLANS = ("data-parallel", "megatron", "fsdp")
 
 
 def search_plan(program: ExportedProgram, signature: Signature, mesh, max_bytes_per_device=None,
                 platform: str = "cpu", timed: bool = True, loop_carried: int = 0) -> ShardingPlan:
     """The fastest plan for ``program`` over ``mesh`` whose weights and inputs fit ``max_bytes_per_device``:
     timed among the candidates (``timed``, where the program can run: static shapes, weights with data), else
-    the integer program's optimum under the measured rates. ``plan.timings``: each timed candidate's seconds.
+    the integer program's optimum under the measured rates. ``plan.timings``: each timed candidate's seconds in the
+    first stage, ``plan.confirmed`` the close ones' in the second.
     ``loop_carried``: the first that many results are the first user inputs of the next call (``ilp_plan``)."""
     mesh = check_mesh(mesh)
     budget = checked_budget(max_bytes_per_device)
@@ -43,6 +51,7 @@ def search_plan(program: ExportedProgram, signature: Signature, mesh, max_bytes_
         candidates[name] = ilp_plan(program, signature, mesh, calibrated, budget, loop_carried)
     first, last = list(mesh)[0], list(mesh)[-1]
     candidates["data-parallel"] = data_parallel_plan(program, signature, mesh)  # replicated where nothing divides
+    candidates["megatron"] = megatron_plan(program, signature, mesh)
     candidates["fsdp"] = fsdp_plan(program, signature, last, first, mesh)
     distinct = {}
     for name, plan in candidates.items():
@@ -50,10 +59,20 @@ def search_plan(program: ExportedProgram, signature: Signature, mesh, max_bytes_
         if fits and not any(_same(plan, other) for other in distinct.values()):
             distinct[name] = plan
     timings = timed_plans(program, signature, distinct, platform)
-    best = min(timings, key=timings.get)
+    close = {name: distinct[name] for name, seconds in timings.items() if seconds <= CLOSE * min(timings.values())}
+    confirmed = timed_plans(program, signature, close, platform, CONFIRM) if len(close) > 1 else {}
+    best = _preferred(confirmed or timings)
     chosen = distinct[best]
-    chosen.timings, chosen.chosen, chosen.cost = timings, best, timings[best]
+    chosen.timings, chosen.confirmed, chosen.chosen = timings, confirmed, best
+    chosen.cost = (confirmed or timings)[best]
     return chosen
+
+
+def _preferred(timings: dict[str, float]) -> str:
+    """The fastest candidate, or the fastest hand plan within ``TIE`` of it."""
+    fastest = min(timings, key=timings.get)
+    hand = [name for name in timings if name in HAND_PLANS and timings[name] <= TIE * timings[fastest]]
+    return min(hand, key=timings.get) if hand else fastest
 
 
 def _same(a: ShardingPlan, b: ShardingPlan) -> bool:

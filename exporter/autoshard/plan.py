@@ -20,7 +20,7 @@ from ..conversion.signature import RNG_SEED, Signature
 from ..errors import ShardingError
 from .op_dims import is_contraction, shape_of
 from .picture import entry_axes, plan_text
-from .problem import build_problem
+from .problem import build_problem, repeated_layers
 from .solve import solve
 
 
@@ -44,6 +44,7 @@ class ShardingPlan(dict):
         super().__init__(specs)
         self.mesh, self.held, self.cost, self.constraints = mesh, held, cost, constraints or {}
         self.timings: dict[str, float] = {}  # the search's candidates, timed on the mesh (``autoshard.choose``)
+        self.confirmed: dict[str, float] = {}  # the close ones, timed again (its second stage)
         self.chosen: str | None = None       # which candidate this plan is
 
     def device_bytes(self, name: str) -> int:
@@ -136,6 +137,62 @@ def data_parallel_plan(program: ExportedProgram, signature: Signature, mesh: dic
             axes = _dividing_axes(size, mesh)
             specs[name] = (axes[0] if len(axes) == 1 else axes,) if axes else ()
     return ShardingPlan(specs, mesh, _held(names))
+
+
+def megatron_plan(program: ExportedProgram, signature: Signature, mesh: dict[str, int]) -> ShardingPlan:
+    """The hand-written tensor-parallel plan (Megatron-LM's) over the mesh's last axis, found from the graph: in
+    each stack of repeated layers, a product whose result goes back to the residual stream (reaches an ``add``
+    through views alone: attention's output projection, the MLP's down projection) is rowwise, every other product
+    of a weight (q/k/v, gate/up) colwise with its bias; the other weights whole; the inputs' dim 0 over the
+    other axes, where they divide it (data-parallel)."""
+    axis = list(mesh)[-1]
+    names = held_slots(signature, program)
+    plan = data_parallel_plan(program, signature, {a: n for a, n in mesh.items() if a != axis})
+    plan.mesh = mesh
+    stacks = repeated_layers([n for n in program.graph.nodes if n.op in ("placeholder", "call_function")], names)
+    for node in (node for layers in stacks for layer in layers for node in layer):
+        split = _weight_split(node, _to_residual(node))
+        for weight, dim in split:
+            if weight in names and shape_of(weight)[dim] % mesh[axis] == 0:
+                plan[names[weight]] = (None,) * dim + (axis,)
+    return plan
+
+
+_VIEWS = {torch.ops.aten.view.default, torch.ops.aten.reshape.default, torch.ops.aten._unsafe_view.default,
+          torch.ops.aten.dropout.default, torch.ops.aten.clone.default, torch.ops.aten.to.dtype,
+          torch.ops.aten._to_copy.default, torch.ops.aten.alias.default}
+
+
+def _to_residual(node: torch.fx.Node, result: torch.fx.Node | None = None) -> bool:
+    """Whether ``node``'s result (``result``: the product's) reaches, through views alone, an ``add`` whose other
+    operand does not come from it (the residual stream; gelu's ``x + 0.044715 * x**3`` is not)."""
+    result = result or node
+    for user in node.users:
+        if user.target is torch.ops.aten.add.Tensor:
+            others = [a for a in user.args if isinstance(a, torch.fx.Node) and a is not node]
+            if others and not any(_comes_from(other, result) for other in others):
+                return True
+        elif user.target in _VIEWS and _to_residual(user, result):
+            return True
+    return False
+
+
+def _comes_from(value: torch.fx.Node, source: torch.fx.Node, steps: int = 16) -> bool:
+    """Whether ``value`` is computed from ``source`` within ``steps`` ops."""
+    return value is source or (steps > 0 and any(_comes_from(a, source, steps - 1) for a in value.all_input_nodes))
+
+
+def _weight_split(node: torch.fx.Node, rowwise: bool) -> list[tuple[torch.fx.Node, int]]:
+    """(weight placeholder, dim to split) of a product of a weight: linear's [out, in] weight (and bias), addmm's
+    and mm's [in, out] one (Conv1D)."""
+    if node.target is torch.ops.aten.linear.default and len(node.args) > 1:
+        weight, bias = node.args[1], node.args[2] if len(node.args) > 2 else None
+        return [(weight, 1)] if rowwise else [(weight, 0)] + ([(bias, 0)] if bias is not None else [])
+    if node.target in (torch.ops.aten.addmm.default, torch.ops.aten.mm.default):
+        bias, weight = (node.args[0], node.args[2]) if node.target is torch.ops.aten.addmm.default else \
+            (None, node.args[1])
+        return [(weight, 0)] if rowwise else [(weight, 1)] + ([(bias, 0)] if bias is not None else [])
+    return []
 
 
 def _dividing_axes(size: int, mesh: dict[str, int]) -> tuple:

@@ -110,8 +110,8 @@ def decoder_auto(folder: Path) -> dict:
     np.save(folder / "expected.npy", model(*args).detach().numpy())
     measured = json.loads((folder / "measured.json").read_text())
     plan = art.sharding_plan
-    return {"plan_text": str(plan), "measured": list(measured), "timings": plan.timings, "chosen": plan.chosen,
-            "cost": plan.cost, **proof}
+    return {"plan_text": str(plan), "measured": list(measured), "timings": plan.timings, "confirmed": plan.confirmed,
+            "chosen": plan.chosen, "cost": plan.cost, **proof}
 
 
 class TiedHead(torch.nn.Module):
