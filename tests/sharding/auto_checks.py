@@ -104,14 +104,15 @@ def decoder_auto(folder: Path) -> dict:
     mesh = {"data": 2, "model": 4}
     model, args = decoder_example()
     art = export_to_stablehlo(model, args, mesh=mesh, shardings="auto")
-    proof = check(model, args, mesh=mesh, shardings=art.sharding_plan)
+    # equal to eager here, its bundle in a fresh process (--load); to_jax() of a searched plan: mlp_megatron's check
+    torch.testing.assert_close(art(*args), model(*args), **TOLERANCE)
     art.save(folder / "bundle")
     np.save(folder / "input_ids.npy", args[0].numpy())
     np.save(folder / "expected.npy", model(*args).detach().numpy())
     measured = json.loads((folder / "measured.json").read_text())
     plan = art.sharding_plan
     return {"plan_text": str(plan), "measured": list(measured), "timings": plan.timings, "confirmed": plan.confirmed,
-            "chosen": plan.chosen, "cost": plan.cost, **proof}
+            "chosen": plan.chosen, "cost": plan.cost}
 
 
 class TiedHead(torch.nn.Module):
