@@ -8,11 +8,10 @@ at a tenth of its measured price, the rates a fast interconnect has), and the pl
 data-parallel, Megatron-LM's tensor-parallel plan (over the last axis, the batch over the others; found from the
 graph, ``plan.megatron_plan``) and FSDP (over the last axis, the batch over the first). Replicated is not timed:
 data-parallel holds the same weights, does a share of the work and is the replicated plan where no axis divides
-the batch. Those that fit ``max_bytes_per_device`` are compiled and timed on the mesh (``timing``), in two stages:
-all of them on a one-layer copy compiled fast, then those within ``CLOSE`` of the fastest again, on a two-layer
-copy compiled as the export compiles it, with more calls. The fastest of the second stage is the plan, but a hand
+the batch. Those that fit ``max_bytes_per_device`` are compiled and timed on the mesh (``timing``): a few calls
+of each, then more calls of those within ``CLOSE`` of the fastest. The fastest of those is the plan, but a hand
 plan within ``TIE`` of it wins the tie: a plan the field knows, where the timing cannot tell them apart. Its cost:
-one compile and a few calls of a shallow copy per distinct candidate, and one more of the close ones.
+one compile and a few calls of a shallow copy per distinct candidate, and more calls of the close ones.
 """
 from __future__ import annotations
 
@@ -25,10 +24,10 @@ from torch_stablehlo.runtime.device_costs import Collective, DeviceCosts, device
 from ..conversion.input_shardings import check_mesh
 from ..conversion.signature import Signature
 from .plan import ShardingPlan, checked_budget, data_parallel_plan, fsdp_plan, ilp_plan, megatron_plan
-from .timing import CONFIRM, timeable, timed_plans
+from .timing import CONFIRM_ROUNDS, ROUNDS, TimedRuns, timeable
 
-CLOSE = 1.3  # candidates within this of the first stage's fastest are timed again (its calls vary by 10-20%)
-TIE = 1.03   # a hand plan this close to the fastest of the second stage is chosen
+CLOSE = 2.0  # candidates within this of the fastest after a few calls are called more (see timing.CONFIRM_ROUNDS)
+TIE = 1.05   # a hand plan this close to the fastest is chosen
 HAND_PLANS = ("data-parallel", "megatron", "fsdp")
 
 
@@ -36,8 +35,8 @@ def search_plan(program: ExportedProgram, signature: Signature, mesh, max_bytes_
                 platform: str = "cpu", timed: bool = True, loop_carried: int = 0) -> ShardingPlan:
     """The fastest plan for ``program`` over ``mesh`` whose weights and inputs fit ``max_bytes_per_device``:
     timed among the candidates (``timed``, where the program can run: static shapes, weights with data), else
-    the integer program's optimum under the measured rates. ``plan.timings``: each timed candidate's seconds in the
-    first stage, ``plan.confirmed`` the close ones' in the second.
+    the integer program's optimum under the measured rates. ``plan.timings``: each timed candidate's best call
+    after a few, ``plan.confirmed`` the close ones' after more.
     ``loop_carried``: the first that many results are the first user inputs of the next call (``ilp_plan``)."""
     mesh = check_mesh(mesh)
     budget = checked_budget(max_bytes_per_device)
@@ -58,9 +57,10 @@ def search_plan(program: ExportedProgram, signature: Signature, mesh, max_bytes_
         fits = budget is None or plan.total_device_bytes <= budget
         if fits and not any(_same(plan, other) for other in distinct.values()):
             distinct[name] = plan
-    timings = timed_plans(program, signature, distinct, platform)
-    close = {name: distinct[name] for name, seconds in timings.items() if seconds <= CLOSE * min(timings.values())}
-    confirmed = timed_plans(program, signature, close, platform, CONFIRM) if len(close) > 1 else {}
+    runs = TimedRuns(program, signature, distinct, platform)
+    timings = runs.timed(list(distinct), ROUNDS)
+    close = [name for name, seconds in timings.items() if seconds <= CLOSE * min(timings.values())]
+    confirmed = runs.timed(close, CONFIRM_ROUNDS) if len(close) > 1 else {}
     best = _preferred(confirmed or timings)
     chosen = distinct[best]
     chosen.timings, chosen.confirmed, chosen.chosen = timings, confirmed, best

@@ -44,7 +44,7 @@ class ShardingPlan(dict):
         super().__init__(specs)
         self.mesh, self.held, self.cost, self.constraints = mesh, held, cost, constraints or {}
         self.timings: dict[str, float] = {}  # the search's candidates, timed on the mesh (``autoshard.choose``)
-        self.confirmed: dict[str, float] = {}  # the close ones, timed again (its second stage)
+        self.confirmed: dict[str, float] = {}  # the close ones, after more calls
         self.chosen: str | None = None       # which candidate this plan is
 
     def device_bytes(self, name: str) -> int:

@@ -1,25 +1,26 @@
 """Plans timed on the mesh: each candidate plan compiled and run on the mesh's devices, the calls alternated
 between the plans in rounds (a shared machine's noise falls on all of them alike), the best call of each kept;
-a plan far behind after the first round is not called again.
+a plan far behind after its first timed calls is not called again.
 
 Where the program has stacks of repeated layers, they are timed on a shallow copy of it: each stack cut to its
-first layers (``Stage.kept_layers``; the last kept layer's results feed what the stack's last layer fed), so a
-32-layer decoder's plans compile and run as a 1- or 2-layer one's (compiling is most of the search's time, and the
-layout a layer hands the next is the one it took from the embedding). The plans name weights by the program's
-names; those of the cut layers are dropped with them, the kept layers' specs are every repeated layer's (the
-search ties them).
+first ``KEPT_LAYERS`` layers (the last kept layer's results feed what the stack's last layer fed), so a 32-layer
+decoder's plans compile and run as a 1-layer one's (compiling is most of the search's time: one layer is half a
+2-layer copy's, and the layout a layer hands the next is the one it took from the embedding). The plans name
+weights by the program's names; those of the cut layers are dropped with them, the kept layer's specs are every
+repeated layer's (the search ties them).
 
-Two stages (``choose``): every candidate on a one-layer copy compiled at LLVM optimisation level 1 (``FIRST``:
-XLA's HLO passes, the SPMD partitioning and its collectives are the final program's, only the fused kernels'
-machine code is optimised less; it halves the compile, most of this stage's time), then the candidates it found
-close on a two-layer copy compiled as the export compiles it, with more calls (``CONFIRM``): the first stage's
-order of close candidates did not always hold in the final program (the bench's Llama-style decoder on {data: 8}
-and GPT-2 on {model: 8}, where it picked plans 1.2x and 1.7x slower than data-parallel).
+The candidates are compiled at LLVM optimisation level 1 (``TIMING_OPTIONS``): XLA's HLO passes, the SPMD
+partitioning and its collectives are the final program's, only the fused kernels' machine code is optimised less.
+Compiling is most of the search's time and this halves it (a one-layer decoder's five candidates on 8 CPU devices:
+3.5 s of CPU time against 8.5 s); the candidates' times and their order matched level 2's within the machine's noise
+(Llama-style and GPT-2 on {data: 2, model: 4}, every candidate compiled both ways and timed in the same rounds;
+BERT on {data: 2, model: 4}: data-parallel and Megatron within 10% of each other on one and two layers, at both
+levels). What does not hold on a loaded machine is the order of a few calls: the search (``choose``) times every
+candidate ``ROUNDS`` times, then the close ones ``CONFIRM_ROUNDS`` times more (``TimedRuns.timed``: no compile).
 """
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 
 import torch
 from torch.export import ExportedProgram
@@ -35,23 +36,12 @@ from ..formats.artifact import StableHLOArtifact
 from .plan import ShardingPlan, held_slots
 from .problem import repeated_layers
 
-@dataclass(frozen=True)
-class Stage:
-    """How a round of timing runs the candidates: the layers each stack keeps, the XLA options they are compiled
-    with, the calls each gets (the first compiles and places the weights; the best of the others counts)."""
-    kept_layers: int
-    options: tuple
-    rounds: int
-
-
-# the first stage: every candidate, on a one-layer copy compiled fast (four timed calls: on a loaded machine one
-# call's time varies by 10-20%, as much as close candidates differ)
-FIRST = Stage(kept_layers=1, options=(("xla_backend_optimization_level", 1),), rounds=5)
-# the second: the candidates the first found close, on a two-layer copy (the whole program of a two-layer model)
-# compiled as the export compiles it, with more calls (the first stage's ranking of close candidates flipped in
-# the bench's own timing: a layer's share of the step and the kernels' code both differ from the final program's)
-CONFIRM = Stage(kept_layers=2, options=(), rounds=9)
-SLOWER = 1.5  # a plan whose first timed call is this much slower than the best one's is not called again
+TIMING_OPTIONS = (("xla_backend_optimization_level", 1),)
+KEPT_LAYERS = 1
+ROUNDS = 5  # the first call compiles and places the weights; the best of the others counts
+CONFIRM_ROUNDS = 8  # more calls for close candidates: on a loaded machine the best of four put BERT's Megatron plan
+#                     2x behind data-parallel where more calls put them 10% apart
+SLOWER = 1.5  # a plan whose first timed calls are this much slower than the best one's is not called again
 
 
 def timeable(program: ExportedProgram, signature: Signature) -> bool:
@@ -61,45 +51,54 @@ def timeable(program: ExportedProgram, signature: Signature) -> bool:
                                                                   *program.constants.values()]))
 
 
-def timed_plans(program: ExportedProgram, signature: Signature, plans: dict[str, ShardingPlan], platform: str = "cpu",
-                stage: Stage = FIRST) -> dict[str, float]:
-    """Seconds of the best call of each plan (by name), on ``program``'s shallow copy, as ``stage`` says."""
-    shallow = shallow_program(program, held_slots(signature, program), stage.kept_layers)
-    shallow_writes = InPlaceWrites.of_program(shallow)
-    shallow_signature = signature_of(shallow, shallow_writes.kinds)
-    args, kwargs = program.example_inputs
-    inputs = tensor_inputs(shallow_signature, args, kwargs)
-    runs = {}
-    for name, plan in plans.items():
-        sharded = _restricted(plan, shallow_signature, shallow)
-        conversion = lowerable(shallow, shallow_signature, shallow_writes, plan.mesh, sharded, (platform,))
-        text = conversion.lower().operation.get_asm()
-        runs[name] = StableHLOArtifact(text, conversion.signature, conversion.weights, platform=platform)
-    best = dict.fromkeys(runs, float("inf"))
-    with pjrt.extra_xla_options(*stage.options):
-        for round_ in range(stage.rounds):
-            for name, artifact in runs.items():
-                if round_ > 1 and best[name] > SLOWER * min(best.values()):
-                    continue  # out of the running: its one call says so
-                start = time.perf_counter()
-                artifact.run_flat(inputs)
-                if round_:  # the first compiled the program and placed the weights
-                    best[name] = min(best[name], time.perf_counter() - start)
-    return best
+class TimedRuns:
+    """The candidate plans (by name) compiled on ``program``'s shallow copy, and the best call of each so far."""
+
+    def __init__(self, program: ExportedProgram, signature: Signature, plans: dict[str, ShardingPlan],
+                 platform: str = "cpu"):
+        shallow = shallow_program(program, held_slots(signature, program))
+        shallow_writes = InPlaceWrites.of_program(shallow)
+        shallow_signature = signature_of(shallow, shallow_writes.kinds)
+        args, kwargs = program.example_inputs
+        self.inputs = tensor_inputs(shallow_signature, args, kwargs)
+        self.runs = {}
+        for name, plan in plans.items():
+            sharded = _restricted(plan, shallow_signature, shallow)
+            conversion = lowerable(shallow, shallow_signature, shallow_writes, plan.mesh, sharded, (platform,))
+            text = conversion.lower().operation.get_asm()
+            self.runs[name] = StableHLOArtifact(text, conversion.signature, conversion.weights, platform=platform)
+        self.best = dict.fromkeys(self.runs, float("inf"))
+        self._calls = dict.fromkeys(self.runs, 0)
+
+    def timed(self, names, rounds: int) -> dict[str, float]:
+        """Seconds of the best call so far of each of ``names``, after ``rounds`` more calls of each (alternated;
+        a plan's first call compiles it and is not counted; one far behind after two is not called again)."""
+        with pjrt.extra_xla_options(*TIMING_OPTIONS):
+            for _ in range(rounds):
+                leader = min(self.best[name] for name in names)
+                for name in names:
+                    if self._calls[name] > 2 and self.best[name] > SLOWER * leader:
+                        continue  # out of the running: its calls say so
+                    start = time.perf_counter()
+                    self.runs[name].run_flat(self.inputs)
+                    if self._calls[name]:
+                        self.best[name] = min(self.best[name], time.perf_counter() - start)
+                    self._calls[name] += 1
+        return {name: self.best[name] for name in names}
 
 
-def shallow_program(program: ExportedProgram, names: dict[torch.fx.Node, str], kept: int = 1) -> ExportedProgram:
-    """``program`` with each stack of more than ``kept`` repeated layers cut to its first ones (a copy;
+def shallow_program(program: ExportedProgram, names: dict[torch.fx.Node, str]) -> ExportedProgram:
+    """``program`` with each stack of more than ``KEPT_LAYERS`` repeated layers cut to its first ones (a copy;
     ``program`` itself if it has none)."""
-    stacks = [layers for layers in repeated_layers(list(program.graph.nodes), names) if len(layers) > kept]
+    stacks = [layers for layers in repeated_layers(list(program.graph.nodes), names) if len(layers) > KEPT_LAYERS]
     if not stacks:
         return program
     rewrite = WeightRewrite(program)
     copy_of = {old.name: new for old, new in zip(program.graph.nodes, rewrite.graph.nodes)}
     dropped, twin = set(), {}
     for layers in stacks:
-        for layer in layers[kept:]:
-            for node, last in zip(layer, layers[kept - 1]):
+        for layer in layers[KEPT_LAYERS:]:
+            for node, last in zip(layer, layers[KEPT_LAYERS - 1]):
                 dropped.add(copy_of[node.name])
                 twin[copy_of[node.name]] = copy_of[last.name]
     output = next(n for n in rewrite.graph.nodes if n.op == "output")
