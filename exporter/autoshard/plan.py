@@ -18,7 +18,7 @@ from torch_stablehlo.stablehlo_ir.shardy import Spec
 
 from ..conversion.signature import RNG_SEED, Signature
 from ..errors import ShardingError
-from .op_dims import is_contraction, shape_of
+from .op_dims import CONTRACTIONS, is_contraction, shape_of
 from .picture import entry_axes, plan_text
 from .problem import build_problem, repeated_layers
 from .solve import solve
@@ -150,9 +150,8 @@ def megatron_plan(program: ExportedProgram, signature: Signature, mesh: dict[str
     plan = data_parallel_plan(program, signature, {a: n for a, n in mesh.items() if a != axis})
     plan.mesh = mesh
     stacks = repeated_layers([n for n in program.graph.nodes if n.op in ("placeholder", "call_function")], names)
-    for node in (node for layers in stacks for layer in layers for node in layer):
-        split = _weight_split(node, _to_residual(node))
-        for weight, dim in split:
+    for layer in (layer for layers in stacks for layer in layers):
+        for weight, dim in [split for node in layer for split in _weight_split(node) + _experts_split(node, layer)]:
             if weight in names and shape_of(weight)[dim] % mesh[axis] == 0:
                 plan[names[weight]] = (None,) * dim + (axis,)
     return plan
@@ -177,14 +176,25 @@ def _to_residual(node: torch.fx.Node, result: torch.fx.Node | None = None) -> bo
     return False
 
 
+def _to_choice(node: torch.fx.Node) -> bool:
+    """Whether ``node``'s result reaches a softmax or top-k through views alone."""
+    return any(user.target in _CHOICES or (user.target in _VIEWS and _to_choice(user)) for user in node.users)
+
+
+_CHOICES = {torch.ops.aten._softmax.default, torch.ops.aten.softmax.int, torch.ops.aten.topk.default}
+
+
 def _comes_from(value: torch.fx.Node, source: torch.fx.Node, steps: int = 16) -> bool:
     """Whether ``value`` is computed from ``source`` within ``steps`` ops."""
     return value is source or (steps > 0 and any(_comes_from(a, source, steps - 1) for a in value.all_input_nodes))
 
 
-def _weight_split(node: torch.fx.Node, rowwise: bool) -> list[tuple[torch.fx.Node, int]]:
+def _weight_split(node: torch.fx.Node) -> list[tuple[torch.fx.Node, int]]:
     """(weight placeholder, dim to split) of a product of a weight: linear's [out, in] weight (and bias), addmm's
-    and mm's [in, out] one (Conv1D)."""
+    and mm's [in, out] one (Conv1D); rowwise where its result goes back to the residual stream."""
+    rowwise = _to_residual(node)
+    if _to_choice(node):  # a router's scores: chosen among whole (not a product Megatron splits)
+        return []
     if node.target is torch.ops.aten.linear.default and len(node.args) > 1:
         weight, bias = node.args[1], node.args[2] if len(node.args) > 2 else None
         return [(weight, 1)] if rowwise else [(weight, 0)] + ([(bias, 0)] if bias is not None else [])
@@ -193,6 +203,22 @@ def _weight_split(node: torch.fx.Node, rowwise: bool) -> list[tuple[torch.fx.Nod
             (None, node.args[1])
         return [(weight, 0)] if rowwise else [(weight, 1)] + ([(bias, 0)] if bias is not None else [])
     return []
+
+
+def _experts_split(node: torch.fx.Node, layer: list[torch.fx.Node]) -> list[tuple[torch.fx.Node, int]]:
+    """(weight placeholder, dim to split) of a mixture of experts' grouped product (``op_dims``' einsum over
+    experts, inputs and outputs: weights [experts, inner, out], as given or the transpose of [experts, out, inner]):
+    the product whose input comes from another grouped product of its ``layer`` (the experts' down projection)
+    splits its inner
+    dim, the others their output dim (each expert's MLP split as Megatron splits a dense one)."""
+    if not is_contraction(node) or node.target in CONTRACTIONS - {torch.ops.aten._grouped_mm.default}:
+        return []
+    x, weight = node.args[:2]
+    transposed = weight.target is torch.ops.aten.transpose.int and sorted(d % 3 for d in weight.args[1:]) == [1, 2]
+    placeholder = weight.args[0] if transposed else weight
+    rowwise = any(other is not node and other.target == node.target and _comes_from(x, other) for other in layer)
+    inner, out = (2, 1) if transposed else (1, 2)
+    return [(placeholder, inner if rowwise else out)]
 
 
 def _dividing_axes(size: int, mesh: dict[str, int]) -> tuple:

@@ -15,7 +15,7 @@ import torch
 from torch_stablehlo.exporter import (ShardingError, auto_shardings, export_to_stablehlo, fsdp_shardings)
 from torch_stablehlo.exporter.autoshard.choose import HAND_PLANS, TIE
 from torch_stablehlo.exporter.autoshard.op_dims import op_dims
-from torch_stablehlo.exporter.autoshard.plan import held_slots
+from torch_stablehlo.exporter.autoshard.plan import held_slots, megatron_plan
 from torch_stablehlo.exporter.autoshard.timing import shallow_program
 from torch_stablehlo.exporter.conversion.inplace import InPlaceWrites
 from torch_stablehlo.exporter.conversion.pipeline import prepared_program
@@ -134,6 +134,19 @@ def test_fsdp_splits_each_weights_largest_dim_and_the_batch(fsdp_plan):
     assert fsdp_plan["layers.0.input_norm.weight"] == ("fsdp",)
     assert fsdp_plan["input_ids"] == ("data",)
     assert fsdp_plan.device_bytes("embed.weight") == 256 * 64 * 4 // 4
+
+
+def test_the_megatron_candidate_is_colwise_then_rowwise_in_each_layer():
+    model, args = decoder_example()
+    program, signature = prepared_program(model, args)
+    plan = megatron_plan(program, signature, {"data": 2, "model": 4})
+    for layer in (0, 1):
+        for name in ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "mlp.gate_proj", "mlp.up_proj"):
+            assert plan[f"layers.{layer}.{name}.weight"] == ("model",)          # [out, in]: colwise
+        for name in ("self_attn.o_proj", "mlp.down_proj"):                        # back to the residual: rowwise
+            assert plan[f"layers.{layer}.{name}.weight"] == (None, "model")
+        assert plan[f"layers.{layer}.input_norm.weight"] == ()
+    assert plan["embed.weight"] == plan["lm_head.weight"] == () and plan["input_ids"] == ("data",)
 
 
 def test_picture_shows_each_devices_part_and_bytes(fsdp_plan):
