@@ -13,7 +13,7 @@ Targets (issue 34): auto step <= 1.05x the best other plan; auto@budget bytes <=
 Eight virtual devices share this machine's cores and the machine is shared: step times are noisy, and on CPU
 collectives are dear, so data-parallel plans often win here.
 
-    .venv/bin/python bench/auto_sharding.py [--quick] [--repeats 10] [--search-layers 32] [--json FILE]
+    .venv/bin/python bench/auto_sharding.py [--quick] [--repeats 20] [--search-layers 32] [--json FILE]
 """
 from __future__ import annotations
 
@@ -168,6 +168,7 @@ def measure(kind: str, build, mesh: dict, repeats: int) -> dict:
     return {"model": kind, "mesh": mesh, "export_and_search_s": search, "plans": rows, "chosen": chosen,
             "load_average": os.getloadavg()[0],
             "candidate_ms": {k: 1e3 * v for k, v in auto.timings.items()},
+            "confirmed_ms": {k: 1e3 * v for k, v in auto.confirmed.items()},
             "auto_plan": {k: list(v) for k, v in auto.items()}}
 
 
@@ -212,7 +213,7 @@ def table(results: list[dict]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="the Llama-style decoder on {'data': 2, 'model': 4}")
-    parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--models", nargs="+", default=["llama", "gpt2", "bert", "moe"])
     parser.add_argument("--meshes", nargs="+", type=int, default=[0, 1, 2], help="indices into MESHES")
     parser.add_argument("--search-layers", type=int, default=32,

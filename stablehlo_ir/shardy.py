@@ -63,6 +63,44 @@ def replicated_results(types: Sequence[ir.Type]) -> ir.ArrayAttr:
                              for t in types])
 
 
+def shard_main(module: ir.Module, main, mesh: dict[str, int], specs: Sequence[Spec | None]) -> None:
+    """Make ``module`` SPMD over ``mesh``, as a lowered ``@main`` is: the mesh declared, ``main``'s arguments
+    split as ``specs`` say (None: left to propagation), its results replicated."""
+    declare_mesh(module, mesh)
+    main.attributes["arg_attrs"] = argument_attributes(specs)
+    main.attributes["res_attrs"] = replicated_results(ir.FunctionType(ir.TypeAttr(main.attributes["function_type"])
+                                                                      .value).results)
+
+
+def as_callee(module: ir.Module) -> None:
+    """``module`` (over a mesh, parsed to have its functions moved into another module) without its mesh and
+    without shardings at its functions' boundaries: the module that calls them declares the mesh; each argument's
+    static sharding becomes a constraint at the function's entry (what the caller passes is laid out as the
+    function was partitioned to take it; a dynamic one's is left to the caller's), and its results' go (a ``@main``'s replicated results would gather them at
+    every call: what flows out takes the layout its producer gives it)."""
+    for op in list(module.body.operations):
+        if op.operation.name == "sdy.mesh":
+            op.operation.erase()
+            continue
+        if "arg_attrs" in op.attributes:
+            block = op.regions[0].blocks[0]
+            attrs = [ir.DictAttr(a) for a in ir.ArrayAttr(op.attributes["arg_attrs"])]
+            for argument, entries in zip(block.arguments, attrs):
+                if SHARDING_ATTR in entries and list(argument.uses) and \
+                        ir.RankedTensorType(argument.type).has_static_shape:  # (shape refinement keeps no constraint)
+                    with ir.InsertionPoint.at_block_begin(block), argument.location:
+                        held = sdy.ShardingConstraintOp(argument, entries[SHARDING_ATTR])
+                    argument.replace_all_uses_except(held.result, held.operation)
+            op.attributes["arg_attrs"] = _without_shardings(attrs)
+        if "res_attrs" in op.attributes:
+            op.attributes["res_attrs"] = _without_shardings(ir.ArrayAttr(op.attributes["res_attrs"]))
+
+
+def _without_shardings(attrs) -> ir.ArrayAttr:
+    return ir.ArrayAttr.get([ir.DictAttr.get({n.name: n.attr for n in ir.DictAttr(a) if n.name != SHARDING_ATTR})
+                             for a in attrs])
+
+
 def constrain(value: ir.Value, spec: Spec) -> ir.Value:
     """``value`` under ``sdy.sharding_constraint``: the partitioner lays it out as ``spec`` says."""
     return sdy.ShardingConstraintOp(value, sharding_attr(spec)).result

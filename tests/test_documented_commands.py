@@ -560,9 +560,9 @@ PYTHON_BLOCKS = {
         x = torch.randn(3, 512)
     """, """
         torch.testing.assert_close(art(x), model(x), atol=1e-4, rtol=1e-4)
-        timings = art.sharding_plan.timings
-        assert "searched" in timings and art.sharding_plan.cost == timings[art.sharding_plan.chosen] == min(
-            timings.values())
+        chosen = art.sharding_plan
+        final = chosen.confirmed or chosen.timings  # the close candidates' calls after more calls
+        assert "searched" in chosen.timings and chosen.cost == final[chosen.chosen] <= 1.05 * min(final.values())
         assert dict(plan) == {"0.weight": ("model",), "0.bias": ("model",), "2.weight": (None, "model"),
                               "2.bias": (), "input": ()}  # the integer program's optimum at those prices
         assert plan.total_device_bytes <= 2**22 and plan.cost > 0 and fsdp["0.weight"] == ("fsdp",)

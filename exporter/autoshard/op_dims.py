@@ -333,6 +333,30 @@ def _index(node, labels: _Labels):
     labels.dims.result = own[:at[0]] + picked + own[at[0] + 1:]
 
 
+def _indexed_along(node, labels: _Labels):
+    """index_select(x, dim, index) and index_copy(x, dim, index, source) (a decode step's reads and writes of its
+    cache and tokens at a column): the rows along ``dim`` picked or written (fixed), the other dims shared by
+    ``x``, ``source`` and the result."""
+    x, dim, index = node.args[:3]
+    own = labels.many(shape_of(x))
+    dim %= len(own)
+    labels.fix(own[dim])
+    picked = own[:dim] + (labels.new(shape_of(index)[0], fixed=True),) + own[dim + 1:]
+    labels.dims.operands = [(x, own), (index, labels.many(shape_of(index), fixed=True))]
+    if node.target is aten.index_copy.default:
+        labels.dims.operands.append((node.args[3], picked))
+        labels.dims.result = own
+    else:
+        labels.dims.result = picked
+
+
+def _arg_extreme(node, labels: _Labels):
+    """argmax/argmin along a dim: as a select of it (the dim whole); over every element: no rule."""
+    if len(node.args) < 2 or node.args[1] is None:
+        return False
+    return _along_dim(node, labels)
+
+
 def _sizes(shape) -> list[int]:
     return [_static(d) or 1 for d in shape]
 
@@ -355,6 +379,8 @@ _RULES: dict[object, Callable] = {
     aten.to.dtype: _pointwise, aten.to.dtype_layout: _pointwise, aten.to.device: _pointwise,
     aten.dropout.default: _pointwise, aten.layer_norm.default: _layer_norm,
     aten._grouped_mm.default: _grouped_mm, operator.getitem: _piece, aten.index.Tensor: _index,
+    aten.index_select.default: _indexed_along, aten.index_copy.default: _indexed_along,
+    aten.argmax.default: _arg_extreme, aten.argmin.default: _arg_extreme,
 }
 _NAMED_RULES: dict[str, Callable] = {"transformers.grouped_mm_fallback.default": _grouped_mm}  # another library's op
 _CUTS = {aten.chunk.default, aten.split.Tensor, aten.split_with_sizes.default}

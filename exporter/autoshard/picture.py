@@ -65,7 +65,7 @@ def tensor_grid(name: str, shape, spec, mesh: dict[str, int], device_bytes: int)
 def plan_picture(plan) -> Group:
     """Every tensor of ``plan`` (a ``ShardingPlan``) as a grid."""
     judged = "" if plan.cost is None else f", estimated {plan.cost * 1e3:.3f} ms per call" if not plan.timings else \
-        f", the fastest of {len(plan.timings)} plans timed ({plan.chosen}: {plan.cost * 1e3:.3f} ms per call)"
+        f", chosen of {len(plan.timings)} plans timed ({plan.chosen}: {plan.cost * 1e3:.3f} ms per call)"
     header = Text(f"mesh {plan.mesh}: {plan.total_device_bytes} B of weights and inputs per device{judged}")
     return Group(header, *[tensor_grid(name, plan.held[name].shape, spec, plan.mesh, plan.device_bytes(name))
                            for name, spec in plan.items()])

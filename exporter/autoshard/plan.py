@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import torch
 from torch.export import ExportedProgram
+from torch.export.graph_signature import InputKind, OutputKind
 
 from torch_stablehlo.exported_program import USER_INPUT, copied_graph_module
 from torch_stablehlo.runtime.device_costs import DeviceCosts
@@ -17,9 +18,9 @@ from torch_stablehlo.stablehlo_ir.shardy import Spec
 
 from ..conversion.signature import RNG_SEED, Signature
 from ..errors import ShardingError
-from .op_dims import is_contraction, shape_of
+from .op_dims import CONTRACTIONS, is_contraction, shape_of
 from .picture import entry_axes, plan_text
-from .problem import build_problem
+from .problem import build_problem, repeated_layers
 from .solve import solve
 
 
@@ -43,6 +44,7 @@ class ShardingPlan(dict):
         super().__init__(specs)
         self.mesh, self.held, self.cost, self.constraints = mesh, held, cost, constraints or {}
         self.timings: dict[str, float] = {}  # the search's candidates, timed on the mesh (``autoshard.choose``)
+        self.confirmed: dict[str, float] = {}  # the close ones, after more calls
         self.chosen: str | None = None       # which candidate this plan is
 
     def device_bytes(self, name: str) -> int:
@@ -89,10 +91,12 @@ def checked_budget(max_bytes_per_device):
 
 
 def ilp_plan(program: ExportedProgram, signature: Signature, mesh: dict[str, int], costs: DeviceCosts,
-             max_bytes_per_device=None) -> ShardingPlan:
-    """The plan whose estimate under ``costs`` is least, under the budget (``problem`` solved by ``solve``)."""
+             max_bytes_per_device=None, loop_carried: int = 0) -> ShardingPlan:
+    """The plan whose estimate under ``costs`` is least, under the budget (``problem`` solved by ``solve``);
+    ``loop_carried``: the program's first that many results are its first user inputs at the next call (a loop's
+    step)."""
     names = held_slots(signature, program)
-    problem = build_problem(program.graph, names, mesh, costs)
+    problem = build_problem(program.graph, names, mesh, costs, carried_results(program, loop_carried))
     solution = solve(problem, max_bytes_per_device)
     specs, constraints = {}, {}
     for choice, pick in zip(problem.choices, solution.picks):
@@ -104,6 +108,20 @@ def ilp_plan(program: ExportedProgram, signature: Signature, mesh: dict[str, int
                 constraints[node.name] = strategy.result
     order = list(names.values())  # the signature's order
     return ShardingPlan({n: specs[n] for n in order}, mesh, _held(names), solution.seconds, constraints)
+
+
+def carried_results(program: ExportedProgram, count: int) -> dict[torch.fx.Node, torch.fx.Node]:
+    """The program's first ``count`` user results -> the user inputs (placeholders) they are at the next call."""
+    if not count:
+        return {}
+    placeholders = [n for n in program.graph.nodes if n.op == "placeholder"]
+    inputs = [n for n, spec in zip(placeholders, program.graph_signature.input_specs)
+              if spec.kind == InputKind.USER_INPUT]
+    returned = next(n for n in program.graph.nodes if n.op == "output").args[0]
+    results = [n for n, spec in zip(returned, program.graph_signature.output_specs)
+               if spec.kind == OutputKind.USER_OUTPUT]
+    return {result: given for result, given in zip(results[:count], inputs[:count])
+            if isinstance(result, torch.fx.Node)}
 
 
 def data_parallel_plan(program: ExportedProgram, signature: Signature, mesh: dict[str, int]) -> ShardingPlan:
@@ -119,6 +137,88 @@ def data_parallel_plan(program: ExportedProgram, signature: Signature, mesh: dic
             axes = _dividing_axes(size, mesh)
             specs[name] = (axes[0] if len(axes) == 1 else axes,) if axes else ()
     return ShardingPlan(specs, mesh, _held(names))
+
+
+def megatron_plan(program: ExportedProgram, signature: Signature, mesh: dict[str, int]) -> ShardingPlan:
+    """The hand-written tensor-parallel plan (Megatron-LM's) over the mesh's last axis, found from the graph: in
+    each stack of repeated layers, a product whose result goes back to the residual stream (reaches an ``add``
+    through views alone: attention's output projection, the MLP's down projection) is rowwise, every other product
+    of a weight (q/k/v, gate/up) colwise with its bias; the other weights whole; the inputs' dim 0 over the
+    other axes, where they divide it (data-parallel)."""
+    axis = list(mesh)[-1]
+    names = held_slots(signature, program)
+    plan = data_parallel_plan(program, signature, {a: n for a, n in mesh.items() if a != axis})
+    plan.mesh = mesh
+    stacks = repeated_layers([n for n in program.graph.nodes if n.op in ("placeholder", "call_function")], names)
+    for layer in (layer for layers in stacks for layer in layers):
+        for weight, dim in [split for node in layer for split in _weight_split(node) + _experts_split(node, layer)]:
+            if weight in names and shape_of(weight)[dim] % mesh[axis] == 0:
+                plan[names[weight]] = (None,) * dim + (axis,)
+    return plan
+
+
+_VIEWS = {torch.ops.aten.view.default, torch.ops.aten.reshape.default, torch.ops.aten._unsafe_view.default,
+          torch.ops.aten.dropout.default, torch.ops.aten.clone.default, torch.ops.aten.to.dtype,
+          torch.ops.aten._to_copy.default, torch.ops.aten.alias.default}
+
+
+def _to_residual(node: torch.fx.Node, result: torch.fx.Node | None = None) -> bool:
+    """Whether ``node``'s result (``result``: the product's) reaches, through views alone, an ``add`` whose other
+    operand does not come from it (the residual stream; gelu's ``x + 0.044715 * x**3`` is not)."""
+    result = result or node
+    for user in node.users:
+        if user.target is torch.ops.aten.add.Tensor:
+            others = [a for a in user.args if isinstance(a, torch.fx.Node) and a is not node]
+            if others and not any(_comes_from(other, result) for other in others):
+                return True
+        elif user.target in _VIEWS and _to_residual(user, result):
+            return True
+    return False
+
+
+def _to_choice(node: torch.fx.Node) -> bool:
+    """Whether ``node``'s result reaches a softmax or top-k through views alone."""
+    return any(user.target in _CHOICES or (user.target in _VIEWS and _to_choice(user)) for user in node.users)
+
+
+_CHOICES = {torch.ops.aten._softmax.default, torch.ops.aten.softmax.int, torch.ops.aten.topk.default}
+
+
+def _comes_from(value: torch.fx.Node, source: torch.fx.Node, steps: int = 16) -> bool:
+    """Whether ``value`` is computed from ``source`` within ``steps`` ops."""
+    return value is source or (steps > 0 and any(_comes_from(a, source, steps - 1) for a in value.all_input_nodes))
+
+
+def _weight_split(node: torch.fx.Node) -> list[tuple[torch.fx.Node, int]]:
+    """(weight placeholder, dim to split) of a product of a weight: linear's [out, in] weight (and bias), addmm's
+    and mm's [in, out] one (Conv1D); rowwise where its result goes back to the residual stream."""
+    rowwise = _to_residual(node)
+    if _to_choice(node):  # a router's scores: chosen among whole (not a product Megatron splits)
+        return []
+    if node.target is torch.ops.aten.linear.default and len(node.args) > 1:
+        weight, bias = node.args[1], node.args[2] if len(node.args) > 2 else None
+        return [(weight, 1)] if rowwise else [(weight, 0)] + ([(bias, 0)] if bias is not None else [])
+    if node.target in (torch.ops.aten.addmm.default, torch.ops.aten.mm.default):
+        bias, weight = (node.args[0], node.args[2]) if node.target is torch.ops.aten.addmm.default else \
+            (None, node.args[1])
+        return [(weight, 0)] if rowwise else [(weight, 1)] + ([(bias, 0)] if bias is not None else [])
+    return []
+
+
+def _experts_split(node: torch.fx.Node, layer: list[torch.fx.Node]) -> list[tuple[torch.fx.Node, int]]:
+    """(weight placeholder, dim to split) of a mixture of experts' grouped product (``op_dims``' einsum over
+    experts, inputs and outputs: weights [experts, inner, out], as given or the transpose of [experts, out, inner]):
+    the product whose input comes from another grouped product of its ``layer`` (the experts' down projection)
+    splits its inner
+    dim, the others their output dim (each expert's MLP split as Megatron splits a dense one)."""
+    if not is_contraction(node) or node.target in CONTRACTIONS - {torch.ops.aten._grouped_mm.default}:
+        return []
+    x, weight = node.args[:2]
+    transposed = weight.target is torch.ops.aten.transpose.int and sorted(d % 3 for d in weight.args[1:]) == [1, 2]
+    placeholder = weight.args[0] if transposed else weight
+    rowwise = any(other is not node and other.target == node.target and _comes_from(x, other) for other in layer)
+    inner, out = (2, 1) if transposed else (1, 2)
+    return [(placeholder, inner if rowwise else out)]
 
 
 def _dividing_axes(size: int, mesh: dict[str, int]) -> tuple:

@@ -47,12 +47,17 @@ class Choice:
 
 @dataclass
 class Edge:
-    """Producer class -> operand ``index`` of consumer class, ``count`` times (once per layer)."""
+    """Producer class -> operand ``index`` of consumer class, ``count`` times (once per layer); ``index`` None: a
+    result carried back to an input (a loop step's state), taken in the layout the input's class gives it."""
     producer: int
     consumer: int
-    index: int
+    index: int | None
     count: int
     nbytes: float
+
+    def taken(self, strategy: Strategy) -> Spec:
+        """The layout ``strategy`` of the consumer takes the value in."""
+        return strategy.result if self.index is None else strategy.operands[self.index]
 
 
 @dataclass
@@ -90,9 +95,12 @@ def _dim_of(spec: Spec, axis: str):
 
 
 def build_problem(graph: torch.fx.Graph, weight_names: dict[torch.fx.Node, str], mesh: dict[str, int],
-                  costs: DeviceCosts) -> Problem:
+                  costs: DeviceCosts, carried: dict[torch.fx.Node, torch.fx.Node] | None = None) -> Problem:
     """The problem for ``graph`` over ``mesh``; ``weight_names`` names the weight and input placeholders (those
-    counted in the memory budget)."""
+    counted in the memory budget); ``carried``: results (graph nodes) the next call takes back as inputs
+    (placeholders), as a loop step's state: they stay laid out on the devices, changed only where the input's
+    layout differs, where other results are gathered whole."""
+    carried = carried or {}
     nodes = [n for n in graph.nodes if n.op in ("placeholder", "call_function") and shape_of(n) is not None]
     classes = _layer_classes(nodes, weight_names)
     problem = Problem([], [], mesh, costs)
@@ -110,13 +118,16 @@ def build_problem(graph: torch.fx.Graph, weight_names: dict[torch.fx.Node, str],
             choice.memory = [nbytes * len(members) / s.split for s in strategies]
         problem.choices.append(choice)
     outputs = [n for n in next(n for n in graph.nodes if n.op == "output").args[0] if isinstance(n, torch.fx.Node)]
-    for node in outputs:  # results leave the program whole
-        if node in index_of:
+    edges: dict[tuple, Edge] = {}
+    for node in outputs:  # results leave the program whole, or go back to the input they are carried to
+        if node in carried and node in index_of and carried[node] in index_of:
+            key = (index_of[node], index_of[carried[node]], None)
+            edges.setdefault(key, Edge(*key, 0, _nbytes(node))).count += 1
+        elif node in index_of:
             choice = problem.choices[index_of[node]]
             whole = ((),) * len(shape_of(node))
             choice.seconds = [c + problem.reshard_seconds(s.result, whole, _nbytes(node))
                               for c, s in zip(choice.seconds, choice.strategies)]
-    edges: dict[tuple, Edge] = {}
     for node in nodes:
         for index, (operand, _) in enumerate(dims_of[node].operands):
             if operand not in index_of:
@@ -128,7 +139,7 @@ def build_problem(graph: torch.fx.Graph, weight_names: dict[torch.fx.Node, str],
     for edge in edges.values():
         if edge.producer == edge.consumer:  # a layer's node feeding its own twin in the next layer
             choice = problem.choices[edge.producer]
-            choice.seconds = [c + edge.count * problem.reshard_seconds(s.result, s.operands[edge.index], edge.nbytes)
+            choice.seconds = [c + edge.count * problem.reshard_seconds(s.result, edge.taken(s), edge.nbytes)
                               for c, s in zip(choice.seconds, choice.strategies)]
         else:
             problem.edges.append(edge)

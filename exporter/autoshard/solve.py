@@ -53,7 +53,7 @@ def solve(problem: Problem, max_bytes: float | None = None) -> Solution:
     for edge in problem.edges:
         producer, consumer = problem.choices[edge.producer], problem.choices[edge.consumer]
         sources = sorted({s.result for s in producer.strategies})
-        targets = sorted({s.operands[edge.index] for s in consumer.strategies})
+        targets = sorted({edge.taken(s) for s in consumer.strategies})
         base = len(costs)
         for source in sources:
             for target in targets:
@@ -65,7 +65,7 @@ def solve(problem: Problem, max_bytes: float | None = None) -> Solution:
             rows.append((pairs + picks, [1.0] * len(pairs) + [-1.0] * len(picks), 0.0, 0.0))
         for j, target in enumerate(targets):
             picks = [first[edge.consumer] + k for k, s in enumerate(consumer.strategies)
-                     if s.operands[edge.index] == target]
+                     if edge.taken(s) == target]
             pairs = [base + i * len(targets) + j for i in range(len(sources))]
             rows.append((pairs + picks, [1.0] * len(pairs) + [-1.0] * len(picks), 0.0, 0.0))
     if max_bytes is not None:
@@ -75,7 +75,7 @@ def solve(problem: Problem, max_bytes: float | None = None) -> Solution:
     picks = [int(np.argmax(values[first[i]:first[i] + len(c.strategies)])) for i, c in enumerate(problem.choices)]
     seconds = sum(c.seconds[k] for c, k in zip(problem.choices, picks)) + sum(
         e.count * problem.reshard_seconds(problem.choices[e.producer].strategies[picks[e.producer]].result,
-                                          problem.choices[e.consumer].strategies[picks[e.consumer]].operands[e.index],
+                                          e.taken(problem.choices[e.consumer].strategies[picks[e.consumer]]),
                                           e.nbytes) for e in problem.edges)
     memory = sum(c.memory[k] for c, k in zip(problem.choices, picks) if c.memory)
     return Solution(picks, seconds, memory)

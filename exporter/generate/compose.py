@@ -29,6 +29,7 @@ from jaxlib.mlir.dialects import func, stablehlo
 from torch_stablehlo.aten_lowerings import RNG_SEED_DTYPE, constant, while_loop
 from torch_stablehlo.stablehlo_ir.functions import move_functions
 from torch_stablehlo.stablehlo_ir.mlir_context import make_context
+from torch_stablehlo.stablehlo_ir.shardy import as_callee, shard_main
 
 from torch_stablehlo.exported_program import CONSTANT
 
@@ -77,8 +78,7 @@ def compose(prefill: StableHLOArtifact, decode: StableHLOArtifact, max_new_token
     inputs = [s.tensor.name for s in prefill.signature.user_inputs]
     with make_context(), ir.Location.unknown():
         module = ir.Module.create()
-        functions = {step: move_functions(ir.Module.parse(a.stablehlo_text), step, module.body)
-                     for step, a in steps.items()}
+        functions = {step: move_functions(_callee(a), step, module.body) for step, a in steps.items()}
         argument_types = {step: ir.FunctionType(ir.TypeAttr(f.attributes["function_type"]).value).inputs
                           for step, f in functions.items()}
         weight_types = {t: ty for step in steps for t, ty in zip(taken[step], argument_types[step])}
@@ -96,8 +96,21 @@ def compose(prefill: StableHLOArtifact, decode: StableHLOArtifact, max_new_token
         arguments = dict(zip(names, block.arguments))
         with ir.InsertionPoint(block):
             _GenerateMain(steps, functions, taken, arguments).emit(inputs, max_new_tokens, prompt_input, result)
+        if prefill.signature.mesh:  # SPMD: the weights split as the steps take them, the inputs as the prefill does
+            given = {s.tensor.name: s.sharding for s in prefill.signature.user_inputs}
+            shard_main(module, main, prefill.signature.mesh, [s.sharding for s in weight_slots] +
+                       [given.get(name) for name in inputs] + [None] * len(seed_types))
         text = module.operation.get_asm(enable_debug_info=True)
     return ComposedProgram(text, weight_slots, weights)
+
+
+def _callee(step: StableHLOArtifact) -> ir.Module:
+    """A step's module parsed to have its functions moved (over a mesh: its shardings as ``shardy.as_callee``
+    leaves them)."""
+    module = ir.Module.parse(step.stablehlo_text)
+    if step.signature.mesh:
+        as_callee(module)
+    return module
 
 
 class _GenerateMain:

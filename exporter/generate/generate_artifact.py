@@ -27,8 +27,8 @@ class GenerateArtifact(StableHLOArtifact):
     as ``model.generate`` does: the signature says so (``InputSlot.ones_like``)."""
 
     def __init__(self, stablehlo_text: str, signature: Signature, weights: dict, settings: GenerationSettings,
-                 *, platform: str = "cpu"):
-        super().__init__(stablehlo_text, signature, weights, platform=platform)
+                 *, platform: str = "cpu", sharding_plan=None):
+        super().__init__(stablehlo_text, signature, weights, platform=platform, sharding_plan=sharding_plan)
         self.settings = settings
 
     def __call__(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:

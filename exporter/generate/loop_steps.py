@@ -19,6 +19,8 @@ import torch
 from transformers.cache_utils import Cache, StaticLayer, get_layer_types_and_kwargs
 from transformers.configuration_utils import get_head_shapes
 
+from torch_stablehlo.aten_lowerings import mark_sharding
+
 from .generation_settings import GenerationSettings, Sampling
 
 
@@ -264,11 +266,14 @@ class CausalStep(Step):
 
 
 class Prefill(CausalStep):
-    """The prompt through the model from an empty cache, and the first new token."""
+    """The prompt through the model from an empty cache, and the first new token. ``cache_layouts``: per cache
+    tensor, its spec over the export's mesh (``mark_sharding``: the cache is made and written split so, as the
+    decode step takes it); None: left to the partitioner."""
 
-    def __init__(self, model, settings: GenerationSettings, cache_shapes: list):
+    def __init__(self, model, settings: GenerationSettings, cache_shapes: list, cache_layouts: list | None = None):
         super().__init__(model, settings)
         self.cache_shapes = cache_shapes
+        self.cache_layouts = cache_layouts
 
     def forward(self, input_ids, attention_mask):
         batch, prompt_len = input_ids.shape
@@ -277,6 +282,8 @@ class Prefill(CausalStep):
         padding = padding.slice_scatter(attention_mask, 1, 0, prompt_len)
         positions = (attention_mask.cumsum(-1) - 1).masked_fill(attention_mask == 0, 0)
         zeros = [torch.zeros(shape, dtype=self.model.dtype, device=input_ids.device) for shape in self.cache_shapes]
+        if self.cache_layouts:
+            zeros = [mark_sharding(z, spec) if spec is not None else z for z, spec in zip(zeros, self.cache_layouts)]
         offset = torch.zeros((), dtype=torch.int64, device=input_ids.device)
         logits, caches = self.run_model(input_ids, padding, positions, offset, zeros)
         tokens = torch.full((batch, size), self.settings.pad_token_id, dtype=input_ids.dtype, device=input_ids.device)

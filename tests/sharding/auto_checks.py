@@ -16,13 +16,18 @@ from pathlib import Path
 import jax
 import numpy as np
 import torch
+from transformers import LlamaConfig, LlamaForCausalLM
 
 from torch_stablehlo.exporter import (ShardingError, auto_shardings, export_to_stablehlo, fsdp_shardings,
                                       load_artifact)
+from torch_stablehlo.exporter.generate import export_generate
+from torch_stablehlo.exporter.generate.generation_settings import resolve_settings
+from torch_stablehlo.exporter.generate.loop_steps import Decode, LoopState, Prompt, cache_shapes
 from torch_stablehlo.golden.sharded_decoder import decoder_example
 from torch_stablehlo.runtime.device_costs import FILE_VARIABLE, costs_key
 
 from tests.sharding.spmd_checks import TOLERANCE, check
+from tests.support import left_padded_prompts
 
 
 class MLP(torch.nn.Module):
@@ -99,14 +104,15 @@ def decoder_auto(folder: Path) -> dict:
     mesh = {"data": 2, "model": 4}
     model, args = decoder_example()
     art = export_to_stablehlo(model, args, mesh=mesh, shardings="auto")
-    proof = check(model, args, mesh=mesh, shardings=art.sharding_plan)
+    # equal to eager here, its bundle in a fresh process (--load); to_jax() of a searched plan: mlp_megatron's check
+    torch.testing.assert_close(art(*args), model(*args), **TOLERANCE)
     art.save(folder / "bundle")
     np.save(folder / "input_ids.npy", args[0].numpy())
     np.save(folder / "expected.npy", model(*args).detach().numpy())
     measured = json.loads((folder / "measured.json").read_text())
     plan = art.sharding_plan
-    return {"plan_text": str(plan), "measured": list(measured), "timings": plan.timings, "chosen": plan.chosen,
-            "cost": plan.cost, **proof}
+    return {"plan_text": str(plan), "measured": list(measured), "timings": plan.timings, "confirmed": plan.confirmed,
+            "chosen": plan.chosen, "cost": plan.cost}
 
 
 class TiedHead(torch.nn.Module):
@@ -161,6 +167,61 @@ def moe_experts_split(folder: Path) -> dict:
     return {"plan": {k: list(v) for k, v in plan.items()}, **proof}
 
 
+def _tiny_llama_decode():
+    """A tiny Llama, three left-padded prompts (3 rows: no mesh axis of 2 splits the batch), and its generate
+    loop's decode step with the example it is traced with."""
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                         num_attention_heads=4, num_key_value_heads=2, vocab_size=128,
+                                         max_position_embeddings=256)).eval()
+    ids, mask = left_padded_prompts((7, 5, 3), 128)
+    settings = resolve_settings(model.generation_config, ids.shape[1], 128, max_new_tokens=GENERATED,
+                                max_cache_len=None, eos_token_id=None, pad_token_id=None, do_sample=False,
+                                temperature=None, top_k=None, top_p=None)
+    size = settings.max_cache_len
+    example = (LoopState.example(3, size, cache_shapes(model, 3, size), model.dtype), Prompt.example(3, size))
+    return model, (ids, mask), Decode(model, settings), example
+
+
+GENERATED = 8
+
+
+def _heads_plan(folder: Path, mesh: dict):
+    """The decode step's plan on cheap collectives, its cache priced as carried from step to step."""
+    os.environ[FILE_VARIABLE] = stated_costs(folder, "cheap_decode", mesh, latency=2e-6)
+    model, prompts, step, example = _tiny_llama_decode()
+    plan = auto_shardings(step, example, mesh=mesh, timed=False,
+                          loop_carried=len(torch.utils._pytree.tree_leaves(example[0])))
+    return model, prompts, plan
+
+
+def generate_heads_plan(folder: Path) -> dict:
+    """A decode step whose batch no axis divides, on cheap collectives: the KV cache split over its heads, as the
+    keys' and values' products are (the integer program alone: no compile)."""
+    _, _, plan = _heads_plan(folder, {"model": 2})
+    return {"plan": {k: list(v) for k, v in plan.items()}}
+
+
+def generate_on_mesh(folder: Path) -> dict:
+    """export_generate over {"model": 2}: with the heads plan above and with shardings="auto", tokens equal to
+    transformers' greedy generate; the compiled program's cache shapes per device and its collectives."""
+    mesh = {"model": 2}
+    model, (ids, mask), plan = _heads_plan(folder, mesh)
+    want = model.generate(ids, attention_mask=mask, max_new_tokens=GENERATED, do_sample=False,
+                          cache_implementation="static")
+    os.environ[FILE_VARIABLE] = str(folder / "measured_generate.json")  # "auto": rates measured here
+    report = {}
+    for name, shardings in (("heads", plan), ("auto", "auto")):
+        art = export_generate(model, ids, max_new_tokens=GENERATED, attention_mask=mask, mesh=mesh,
+                              shardings=shardings)
+        got = art(ids, attention_mask=mask)
+        hlo = art._executables[max(art._executables)].loaded.hlo_modules()[0].to_string()
+        report[name] = {"equal": bool(torch.equal(got[:, :want.shape[1]], want)), "chosen": art.sharding_plan.chosen,
+                        "cache_shapes": sorted(set(re.findall(r"f32\[3,[12],64,16\]", hlo))),
+                        "counts": _collective_counts(art)}
+    return report
+
+
 def load_and_run(folder: Path) -> None:
     art = load_artifact(folder / "bundle")
     out = art(torch.from_numpy(np.load(folder / "input_ids.npy")))
@@ -168,8 +229,8 @@ def load_and_run(folder: Path) -> None:
     print("fresh process: equal", dict(art.sharding_plan)["input_ids"])
 
 
-CHECKS = [mlp_megatron, mlp_budget, fsdp, decoder_auto, tied_split_apart]
-FULL_SWEEP_CHECKS = [moe_experts_split]  # run by --full-sweep: an export of a transformers MoE decoder
+CHECKS = [mlp_megatron, mlp_budget, fsdp, decoder_auto, tied_split_apart, generate_heads_plan]
+FULL_SWEEP_CHECKS = [moe_experts_split, generate_on_mesh]  # run by --full-sweep: exports of transformers models
 
 
 def main(report_path: str, folder: str, names: list[str]) -> None:

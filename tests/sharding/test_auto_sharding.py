@@ -13,8 +13,9 @@ import pytest
 import torch
 
 from torch_stablehlo.exporter import (ShardingError, auto_shardings, export_to_stablehlo, fsdp_shardings)
+from torch_stablehlo.exporter.autoshard.choose import HAND_PLANS, TIE
 from torch_stablehlo.exporter.autoshard.op_dims import op_dims
-from torch_stablehlo.exporter.autoshard.plan import held_slots
+from torch_stablehlo.exporter.autoshard.plan import held_slots, megatron_plan
 from torch_stablehlo.exporter.autoshard.timing import shallow_program
 from torch_stablehlo.exporter.conversion.inplace import InPlaceWrites
 from torch_stablehlo.exporter.conversion.pipeline import prepared_program
@@ -42,6 +43,29 @@ def test_a_mixture_of_experts_plan_splits_the_experts_and_equals_eager(tmp_path)
     experts = {k: v for k, v in result["plan"].items() if ".experts." in k}
     assert len(experts) == 4 and all("model" in str(spec) for spec in experts.values()), experts
     assert result["device_argument_bytes"] < result["full_argument_bytes"] / 2
+
+
+CACHES = [f"state_caches_{i}" for i in range(4)]
+
+
+def test_a_decode_steps_cache_is_split_over_heads_where_no_axis_divides_the_batch(report):
+    plan = _ok(report["generate_heads_plan"])["plan"]
+    assert {name: plan[name] for name in CACHES} == dict.fromkeys(CACHES, [None, "model"])  # [rows, kv heads, ...]
+    for layer in (0, 1):  # the keys' and values' products split alike: each device makes its own heads' entries
+        assert plan[f"model.model.layers.{layer}.self_attn.k_proj.weight"] == ["model"]
+        assert plan[f"model.model.layers.{layer}.self_attn.v_proj.weight"] == ["model"]
+    assert plan["state_tokens"] == []
+
+
+@pytest.mark.full_sweep_only
+def test_export_generate_over_a_mesh_is_token_exact_with_generate(tmp_path):
+    subprocess.run([sys.executable, "-m", "tests.sharding.auto_checks", str(tmp_path / "report.json"), str(tmp_path),
+                    "generate_on_mesh"], check=True, timeout=600, env=dict(os.environ), capture_output=True)
+    result = _ok(json.loads((tmp_path / "report.json").read_text())["generate_on_mesh"])
+    heads, auto = result["heads"], result["auto"]
+    assert heads["equal"] and auto["equal"]
+    assert "f32[3,1,64,16]" in heads["cache_shapes"]  # each device holds one of the two kv heads' cache
+    assert auto["chosen"] is not None                   # "auto": a searched (and timed) plan
 
 
 @pytest.fixture(scope="module")
@@ -83,9 +107,11 @@ def test_fsdp_plan_runs_equal_to_eager_with_weights_split(report):
 def test_auto_plan_equals_eager_and_its_bundle_runs_in_a_fresh_process(report):
     result = _ok(report["decoder_auto"])
     assert result["measured"] == ["cpu/cpu/8/data=2,model=4"]  # the rates were measured and cached
-    timings = result["timings"]  # the candidates timed on the mesh; the fastest chosen
-    assert {"searched", "data-parallel"} <= set(timings) and len(timings) >= 3
-    assert result["cost"] == timings[result["chosen"]] == min(timings.values()) > 0
+    timings = result["timings"]  # the candidates timed on the mesh; the close ones again; the fastest chosen
+    assert {"searched", "data-parallel", "megatron"} <= set(timings) and len(timings) >= 3
+    final = result["confirmed"] or timings
+    assert result["cost"] == final[result["chosen"]] <= TIE * min(final.values()) and result["cost"] > 0
+    assert min(final.values()) == result["cost"] or result["chosen"] in HAND_PLANS  # a hand plan wins a tie
     header = " ".join(result["plan_text"].split())  # the header wraps at the picture's width
     assert f"plans timed ({result['chosen']}: " in header and "d7" in header
     env = dict(os.environ)
@@ -108,6 +134,19 @@ def test_fsdp_splits_each_weights_largest_dim_and_the_batch(fsdp_plan):
     assert fsdp_plan["layers.0.input_norm.weight"] == ("fsdp",)
     assert fsdp_plan["input_ids"] == ("data",)
     assert fsdp_plan.device_bytes("embed.weight") == 256 * 64 * 4 // 4
+
+
+def test_the_megatron_candidate_is_colwise_then_rowwise_in_each_layer():
+    model, args = decoder_example()
+    program, signature = prepared_program(model, args)
+    plan = megatron_plan(program, signature, {"data": 2, "model": 4})
+    for layer in (0, 1):
+        for name in ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "mlp.gate_proj", "mlp.up_proj"):
+            assert plan[f"layers.{layer}.{name}.weight"] == ("model",)          # [out, in]: colwise
+        for name in ("self_attn.o_proj", "mlp.down_proj"):                        # back to the residual: rowwise
+            assert plan[f"layers.{layer}.{name}.weight"] == (None, "model")
+        assert plan[f"layers.{layer}.input_norm.weight"] == ()
+    assert plan["embed.weight"] == plan["lm_head.weight"] == () and plan["input_ids"] == ("data",)
 
 
 def test_picture_shows_each_devices_part_and_bytes(fsdp_plan):
