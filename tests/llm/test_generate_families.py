@@ -42,7 +42,9 @@ FAMILIES = {
 # cache with soft-capping, Mistral's on every layer) and the one attention unlike the others (Falcon's multi-query)
 FAMILY_SAMPLE = ["gemma2", "mistral", "falcon_mqa"]
 # tools.generate_sweep over model_table's causal LMs: this sample in make test, every one under --full-sweep
-SWEEP_SAMPLE = ["gpt2"]  # (falcon, its classic multi-query attention, is falcon_mqa above)
+# (GPT-2: learned positions, which a left-padded batch must read from the mask; falcon, its classic multi-query
+# attention, is falcon_mqa above)
+SWEEP_SAMPLE = ["gpt2"]
 # model -> the reason export_generate gives (docs/models.md's generate table): state-space layers carry no KV cache
 SWEEP_REFUSALS = {"mamba": "this model has linear_attention layers", "mamba2": "this model has linear_attention layers"}
 
