@@ -49,8 +49,13 @@ def sweep_entry(name: str) -> dict:
     re-trace; what the passes could share (the samples and their eager results) is a few percent of an
     entry's cost next to export (about half) and XLA compilation (about a third)."""
     static = sweep_pass(name, "static")
-    passing = [dtype for dtype, results in static.items() if any(r.status == "passed" for r in results)]
-    return {"static": static, "dynamic": sweep_pass(name, "dynamic", passing[:1])}
+    return {"static": static, "dynamic": sweep_pass(name, "dynamic", dynamic_dtypes(static))}
+
+
+def dynamic_dtypes(static: dict[str, list]) -> list[str]:
+    """The dtype the dynamic pass runs in, from the static pass's results: the first with a passing sample (none:
+    nothing to learn about dynamic dims)."""
+    return [dtype for dtype, results in static.items() if any(r.status == "passed" for r in results)][:1]
 
 
 def sweep_pass(name: str, which: str, dtypes: list[str] | None = None) -> dict[str, list]:
@@ -266,8 +271,7 @@ def sweep_sample(report: dict) -> list[tuple[str, str]]:
     name). Deterministic: a function of the report (and of which module registers each lowering)."""
     reaches = sample_targets(report)
     cost = {(name, p): PASS_COST + sum(len(letters) + SPLIT_COST * sum(letter != STATUS["passed"] for letter in letters)
-                                       for letters in report["opinfo"][name][p].values())
-            for name, p in reaches}
+                                       for letters in report["opinfo"][name][p].values()) for name, p in reaches}
     chosen: list[tuple[str, str]] = []
     reached: set = set()
     wanted = set().union(*reaches.values())

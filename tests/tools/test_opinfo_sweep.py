@@ -38,8 +38,8 @@ import torch
 import torch.utils._pytree as pytree
 
 from torch_stablehlo.aten_lowerings.registry import lowering_for, op_name
-from torch_stablehlo.tools.coverage import (PASSES, SIZE_QUERIES, core_aten_ops, letters, sample_targets,
-                                            sweep_pass, sweep_sample)
+from torch_stablehlo.tools.coverage import (PASSES, SIZE_QUERIES, core_aten_ops, dynamic_dtypes, letters,
+                                            sample_targets, sweep_pass, sweep_sample)
 from torch_stablehlo.tools.opinfo_sweep import COUNTED, STATUS, opinfos, sample_inputs
 from torch_stablehlo.quantize import quantized_lowerings
 
@@ -128,6 +128,8 @@ def test_sweep_matches_report(name, which):
     results = sweep_pass(name, which, list(recorded) if which == "dynamic" else None)
     now = letters(results)
     assert sorted(now) == sorted(recorded), f"{name} ({which}): dtypes swept differ from the report"
+    if which == "static":  # and the static pass still chooses the dtype the report's dynamic pass ran in
+        assert dynamic_dtypes(results) == list(REPORT["opinfo"][name]["dynamic"]), f"{name}: dynamic pass's dtype"
     for dtype in now:
         mismatched = [(i, was, got) for i, (was, got) in enumerate(zip(recorded[dtype], now[dtype]))
                       if was != got and not (was == FAILED and got == PASSED) and not {was, got} <= UNCOUNTED]
