@@ -90,7 +90,6 @@ class Run:
     """One command as run here: ``argv`` in the commands' folder (``None``: not run here, ``why`` says why)."""
     documented: str
     argv: list[str] | None
-    slow: bool = False
     why: str = ""
     server: bool = False  # runs until stopped: started, checked to answer HTTP, stopped
     needs: list[str] = field(default_factory=list)  # paths in the folder an earlier README command writes
@@ -107,10 +106,7 @@ MODULE_ARGS = {
     "serving": (["--only", "mlp"], "one small model"),
     "model_sweep": (["--only", "gpt2", "--out", "models-report"], "one small model, into this folder, not docs"),
 }
-# serving: a SavedModel, saved_model_cli and a second process per model (~15 s of CPU); served_demo: an engine's
-# four exports (~40 s)
-SLOW_MODULES = {"serving", "model_sweep", "served_demo"}
-# also run as written, among the slow ones (make demo: GPT-2 12-layer and the export_generate part)
+# also run as written, in CI's second step (make demo: GPT-2 12-layer and the export_generate part)
 AS_WRITTEN_TOO = {"demo"}
 BENCH_ARGS = {
     "convert_speed.py": ["--small"],
@@ -127,16 +123,12 @@ BENCH_ARGS = {
     "quantized_decode_speed.py": ["--small", "--repeats", "1", "--new-tokens", "4"],
     "serve_load.py": ["--small", "--requests", "4"],
 }
-# bench scripts make test leaves to CI's second step and make check-commands: 8 to 25 s of CPU each (fresh
-# processes, compiles), where make test has about a minute and a half for all of this module and test_packaging
-SLOW_BENCH = {"multi_gb_export.py", "convert_speed.py", "run_speed.py", "unrolled_vs_scanned.py", "warm_start.py",
-              "tensor_parallel.py", "decode_speed.py", "generate_speed.py", "quantized_decode_speed.py",
-              "load_trust.py", "serve_load.py", "auto_sharding.py"}
-# make test's share of the commands that are not slow anyway (each a process of a few seconds): the CLI's
-# export -> run -> inspect -> verify chain and its help, make demo at its small size, make clean. CI's second step
-# and make check-commands run the others too (another spelling of a command, the other subcommands' help, the golden
-# tools, bisect and explore: 5 to 15 s of CPU each, about 85 s together, where make test has about a minute for
-# this module's commands)
+# The commands make test runs (each a process of a few seconds): the CLI's export -> run -> inspect -> verify chain
+# and its help, make demo at its small size, make clean. CI's second step and make check-commands run the others
+# too: another spelling of a command, the other subcommands' help, the golden tools, bisect and explore (5 to 15 s
+# of CPU each, about 85 s together), the bench scripts (8 to 25 s each), the serving check, the model sweep, the
+# served demo, make demo as written, the IREE compile, the coverage report, the servers (a minute or more each),
+# where make test has about a minute for this module's commands.
 MAKE_TEST_COMMANDS = {
     "make demo: python -m torch_stablehlo.golden.demo", "make clean", "torch-stablehlo",
     "torch-stablehlo export mypkg.models:build --bundle out/b --saved-model out/tf --dynamic 'x:0=batch[1,64]'",
@@ -172,7 +164,7 @@ def plan(command: str) -> list[Run]:
     if program == "pytest":  # make test-full, pytest --full-sweep: the full sweep collected, not run (an hour)
         assert "--full-sweep" in args, command
         return [Run(command, [PYTHON, "-m", "pytest", "--full-sweep", "--collect-only", "-q", "-p", "no:xdist",
-                              str(ROOT / "tests" / "tools" / "test_opinfo_sweep.py")], slow=True,
+                              str(ROOT / "tests" / "tools" / "test_opinfo_sweep.py")],
                     why="collected with every OpInfo entry, not run (most of an hour)")]
     if program in ("python", "python3", ".venv/bin/python") and args[:1] == ["-m"]:
         module = args[1]
@@ -189,16 +181,15 @@ def plan(command: str) -> list[Run]:
                                            "wheel (a measurement outside the suite; tools/conformance.py is tested by "
                                            "tests/conformance)")]
         extra, why = MODULE_ARGS.get(name, ([], ""))
-        small = Run(command, [PYTHON, "-m", module, *args[2:], *extra], slow=name in SLOW_MODULES, why=why)
-        return [small] + ([Run(f"{command} (as written)", [PYTHON, "-m", module, *args[2:]], slow=True,
-                                       why="as written")]
+        small = Run(command, [PYTHON, "-m", module, *args[2:], *extra], why=why)
+        return [small] + ([Run(f"{command} (as written)", [PYTHON, "-m", module, *args[2:]], why="as written")]
                           if name in AS_WRITTEN_TOO else [])
     if program in ("python", "python3", ".venv/bin/python") and args and args[0].startswith("bench/"):
         script = args[0].split("/")[-1]
         assert script in BENCH_ARGS, f"{command}: no small size known for {script}"
         small = BENCH_ARGS[script]
         kept = [word for i, word in enumerate(args[1:]) if word not in small and (i == 0 or args[i] not in small)]
-        return [Run(command, [PYTHON, str(ROOT / args[0]), *kept, *small], slow=script in SLOW_BENCH,
+        return [Run(command, [PYTHON, str(ROOT / args[0]), *kept, *small],
                     why="small sizes (options the small size sets replace the documented ones)")]
     if program == "torch-stablehlo":
         return [cli(command, args)]
@@ -219,23 +210,23 @@ def cli(command: str, args: list[str]) -> Run:
              "explore": [args[1:2], args[args.index("--divergence") + 1:][:1] if "--divergence" in args else []]}
     needs = [path for group in reads.get(subcommand, []) for path in group]
     if subcommand == "iree":
-        return Run(command, [CLI, *args], slow=True, needs=needs,
+        return Run(command, [CLI, *args], needs=needs,
                    why="an IREE compile of the small GPT-2 (about 30 s of CPU): CI's second step")
     if subcommand == "coverage":
-        return Run(command, [CLI, *args, *COVERAGE_ARGS], slow=True, why="two OpInfo entries, into this folder")
+        return Run(command, [CLI, *args, *COVERAGE_ARGS], why="two OpInfo entries, into this folder")
     if subcommand == "verify" and args[args.index("--golden") + 1] != "mlp":
         golden = args.index("--golden") + 1
         return Run(command, [CLI, *args[:golden], "mlp", *args[golden + 1:]], needs=needs,
                    why="out/b holds the zoo's mlp here (mypkg.models:build)")
     if subcommand == "explore" and "--out" not in args:
-        return Run(command, [CLI, *args, "--port", "PORT"], slow=True, server=True, needs=needs,
+        return Run(command, [CLI, *args, "--port", "PORT"], server=True, needs=needs,
                    why="a free port; the server is stopped once it answers")
     if subcommand == "serve" and "--ray" in args:
         return Run(command, None, why="Ray binds the machine's interface address: tests/serving/test_ray_serve.py "
                                       "runs this inside a network namespace of its own")
     if subcommand == "serve":
         port = args.index("--port") + 1
-        return Run(command, [CLI, *args[:port], "PORT", *args[port + 1:], "--cache-dir", "engines"], slow=True,
+        return Run(command, [CLI, *args[:port], "PORT", *args[port + 1:], "--cache-dir", "engines"],
                    server=True, needs=[args[1]], probe="/health",
                    why="a free port, the engine cache in this folder; stopped once /health answers")
     return Run(command, [CLI, *args], needs=needs)
@@ -354,21 +345,20 @@ def documented() -> list[str]:
 
 def runs() -> list[Run]:
     """Each distinct command line to run once (``make golden`` and README's ``python -m ...regenerate`` are one);
-    those not in ``MAKE_TEST_COMMANDS`` are left to CI's second step."""
+    ``MAKE_TEST_COMMANDS`` says which ``make test`` runs."""
     unique: dict[tuple, Run] = {}
     for command in documented():
         for run in plan(command):
             key = tuple(run.argv) if run.argv else (run.documented,)
             unique.setdefault(key, run)
-    for run in unique.values():
-        run.slow = run.slow or run.documented not in MAKE_TEST_COMMANDS
     return list(unique.values())
 
 
 def pytest_generate_tests(metafunc):
     if "run" in metafunc.fixturenames:
         mode = documented_commands(metafunc.config)
-        chosen = [r for r in runs() if r.argv is not None and (mode == "all" or r.slow == (mode == "slow"))]
+        chosen = [r for r in runs()
+                  if r.argv is not None and (mode == "all" or (r.documented in MAKE_TEST_COMMANDS) == (mode == "fast"))]
         metafunc.parametrize("run", chosen, ids=[r.documented[:100] for r in chosen])
 
 
@@ -387,8 +377,8 @@ def test_every_command_has_a_plan():
             unplanned.append(f"{command}: {error}")
     assert not unplanned, "\n".join(unplanned)
     assert len(runs()) >= 25
-    fast = {run.documented for run in runs() if run.argv is not None and not run.slow}
-    assert fast == MAKE_TEST_COMMANDS, "MAKE_TEST_COMMANDS names a command README no longer shows, or a slow one"
+    runnable = {run.documented for run in runs() if run.argv is not None}
+    assert MAKE_TEST_COMMANDS <= runnable, "MAKE_TEST_COMMANDS names a command README no longer shows, or one not run"
     assert set(WRITERS.values()) <= set(documented()), "a WRITERS command is no longer one README shows"
 
 
