@@ -76,8 +76,9 @@ def as_callee(module: ir.Module) -> None:
     """``module`` (over a mesh, parsed to have its functions moved into another module) without its mesh and
     without shardings at its functions' boundaries: the module that calls them declares the mesh; each argument's
     static sharding becomes a constraint at the function's entry (what the caller passes is laid out as the
-    function was partitioned to take it; a dynamic one's is left to the caller's), and its results' go (a ``@main``'s replicated results would gather them at
-    every call: what flows out takes the layout its producer gives it)."""
+    function was partitioned to take it; a dynamic one's is left to the caller's), and its results' go (a
+    ``@main``'s replicated results would gather them at every call: what flows out takes the layout its producer
+    gives it)."""
     for op in list(module.body.operations):
         if op.operation.name == "sdy.mesh":
             op.operation.erase()
