@@ -16,9 +16,15 @@ CPU time over the run, all its threads): on a machine shared with other work the
 load from one system's run to the next, the CPU-time ratios much less. For the engine, where its scheduler's
 time went (prefill, insert, shift, generate calls) and the mean share of slots busy per generate step.
 
+The fixed batches hold one ``export_generate`` program per new-token length the workloads need (the burst's, and
+the longest Poisson request's): a batch runs the shortest that covers its longest request, as a fixed-batch
+server holding a few programs would (such a program makes all its tokens unless every row meets an eos).
+
 Then one generate step with all 8 slots busy (one step per call, and the export's most; wall and CPU ms) against
 its memory roofline: the bytes it must read (every weight, of the input embedding table one row per slot, plus
-each slot's cache up to the cursor) over the bandwidth XLA reaches summing 512 MB in this run. Prompts are
+each slot's cache up to the cursor) over the bandwidth XLA reaches summing 512 MB in this run; and the time XLA
+takes for the step's dense products alone at 8 rows (every linear weight times an [8, in] input, one program):
+where that is above the roofline, the step is bound by how fast XLA multiplies 8 rows, not by memory. Prompts are
 prefilled in buckets of 16, 32, ... 128 tokens (the fixed batches pad to the same buckets); the engine is exported
 for up to ``STEPS_PER_CALL`` generate steps per call and serves the workloads at ``SERVED_STEPS_PER_CALL``.
 Tokens: the engine's equal ``export_generate``'s for every request, and ``generate``'s alone for two of them.
@@ -98,7 +104,7 @@ def main(options) -> None:
     artifact = exporter.export_engine(model, slots=SLOTS, max_cache_len=CACHE, max_prompt_len=MAX_PROMPT,
                                       buckets=BUCKETS, steps_per_call=STEPS_PER_CALL)
     print(f"export_engine: {time.perf_counter() - start:.0f} s")
-    fixed = FixedBatches(model, max(n for _, n in burst + poisson), artifact.config.buckets)
+    fixed = FixedBatches(model, sorted({new, max(n for _, n in poisson)}), artifact.config.buckets)
     results = {}
     with Engine(artifact, max_queue=4 * options.requests, steps_per_call=SERVED_STEPS_PER_CALL) as engine:
         warm(engine)
@@ -110,6 +116,7 @@ def main(options) -> None:
             results[name, "fixed batches of 8"] = fixed.run(workload, times)
         results["burst", "HF generate_batch"] = run_generate_batch(model, burst)
         step_ms, step_cpu_ms, roofline_ms, bandwidth = busy_step(engine, artifact, model, size)
+        floor_ms = product_floor_ms(model)
 
     for name in ("burst", "poisson"):
         ours = results[name, "engine"]
@@ -135,6 +142,8 @@ def main(options) -> None:
         print(f"generate step, {SLOTS} slots busy, {per_call} step(s) per call: {ms:.2f} ms "
               f"({step_cpu_ms[per_call]:.2f} CPU ms); roofline {roofline_ms:.2f} ms at {bandwidth / 1e9:.1f} GB/s: "
               f"{ms / roofline_ms:.2f}x")
+    print(f"the step's dense products alone at {SLOTS} rows (every linear weight times [{SLOTS}, in], one XLA "
+          f"program): {floor_ms:.2f} ms, {floor_ms / roofline_ms:.2f}x the roofline")
     print(f"load average at the end: {' '.join(f'{v:.1f}' for v in os.getloadavg())} on {os.cpu_count()} CPUs")
     targets = {"burst: engine >= 4x HF generate_batch": results["burst", "engine"].tokens_per_s
                / results["burst", "HF generate_batch"].tokens_per_s >= 4}
@@ -233,17 +242,18 @@ def run_engine(engine: Engine, workload, times) -> Result:
 class FixedBatches:
     """``export_generate`` at batch 8 serving first come, first served: whenever it is idle it takes up to 8
     waiting requests (padding the batch with copies), left-pads them to the engine's bucket of the longest prompt
-    (one executable per bucket, as the engine's prefill) and makes the most new tokens any asked for; each request
-    gets its tokens when the batch returns."""
+    (one executable per bucket, as the engine's prefill) and runs the program of the fewest new tokens that covers
+    the most any of them asked for (one program per length in ``new_token_lengths``: an ``export_generate`` program
+    always makes all its tokens when no row meets an eos); each request gets its tokens when the batch returns."""
 
-    def __init__(self, model, max_new_tokens: int, buckets: tuple[int, ...]):
-        self.max_new_tokens = max_new_tokens
+    def __init__(self, model, new_token_lengths: list[int], buckets: tuple[int, ...]):
         self.buckets = buckets
         example = torch.ones(SLOTS, buckets[0], dtype=torch.int64)
-        self.artifact = export_generate(model, example, max_new_tokens=max_new_tokens,
-                                        max_cache_len=MAX_PROMPT + max_new_tokens)
-        for bucket in buckets:  # compiled before timing
-            self.artifact(torch.ones(SLOTS, bucket, dtype=torch.int64))
+        self.artifacts = {count: export_generate(model, example, max_new_tokens=count,
+                                                 max_cache_len=MAX_PROMPT + count) for count in new_token_lengths}
+        for artifact in self.artifacts.values():
+            for bucket in buckets:  # compiled before timing
+                artifact(torch.ones(SLOTS, bucket, dtype=torch.int64))
 
     def run(self, workload, times) -> Result:
         waiting, done = [], {}
@@ -276,7 +286,9 @@ class FixedBatches:
             for row, prompt in enumerate(rows):
                 ids[row, width - len(prompt):] = torch.tensor(prompt)
                 mask[row, width - len(prompt):] = 1
-            out = self.artifact(ids, attention_mask=mask)[:, width:]
+            most = max(workload[i][1] for i in batch)
+            artifact = self.artifacts[min(count for count in self.artifacts if count >= most)]
+            out = artifact(ids, attention_mask=mask)[:, width:]
             now = time.perf_counter()
             for row, i in enumerate(batch):
                 count = workload[i][1]
@@ -329,6 +341,23 @@ def busy_step(engine: Engine, artifact, model, size: dict) -> tuple[dict, dict, 
     head_dim = size["hidden_size"] // size["num_attention_heads"]
     caches = 2 * size["num_hidden_layers"] * size["num_key_value_heads"] * head_dim * 4 * SLOTS * (cursor + 1)
     return step_ms, step_cpu_ms, (weights + caches) / bandwidth * 1e3, bandwidth
+
+
+def product_floor_ms(model) -> float:
+    """ms XLA takes for the step's dense products alone at ``SLOTS`` rows: every linear layer's weight (lm_head
+    included) times a [SLOTS, in] input, in one program, the weights read from memory as the step reads them
+    (median of 9 calls). What the busy step cannot go below on this machine, whatever its memory roofline."""
+    weights = [jax.device_put(module.weight.detach().numpy()) for module in model.modules()
+               if isinstance(module, torch.nn.Linear)]
+    rows = [jax.device_put(np.ones((SLOTS, w.shape[1]), np.float32)) for w in weights]
+    products = jax.jit(lambda rows, weights: [jnp.dot(x, w.T) for x, w in zip(rows, weights)])
+    jax.block_until_ready(products(rows, weights))
+    times = []
+    for _ in range(9):
+        start = time.perf_counter()
+        jax.block_until_ready(products(rows, weights))
+        times.append(time.perf_counter() - start)
+    return statistics.median(times) * 1e3
 
 
 if __name__ == "__main__":
