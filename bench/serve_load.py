@@ -314,7 +314,7 @@ def busy_step(engine: Engine, artifact, model, size: dict) -> tuple[dict, dict, 
     sampling = sampling_rows(1, size["vocab_size"])
     for slot in range(SLOTS):
         prompt = [5 + slot] * 64
-        runner.insert(slot, len(prompt), 300, sampling, runner.prefill(prompt, sampling))
+        runner.insert(slot, prompt, 300, sampling, runner.prefill(prompt, sampling, 300))
     step_ms, step_cpu_ms, steps, cursor = {}, {}, 32, engine._table.cursor
     for per_call in sorted({1, artifact.config.steps_per_call}):
         runner.generate(per_call)

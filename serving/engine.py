@@ -188,21 +188,28 @@ class Engine:
                 if shift is None:
                     return
                 self._waiting.popleft()
-            if shift:
-                with self._timed("shift"):
-                    self._runner.shift(shift)
-                self._table.shifted(shift)
-            with self._timed("prefill"):
-                prefilled = self._runner.prefill(request.prompt, request.sampling)
-            first = int(np.asarray(prefilled.first_token)[0])
-            finish = self._finish_reason(request, first, 1)
-            request._push(first, finish)
-            if finish is None:
-                slot = self._table.insert(request.prompt_tokens, request.max_new_tokens)
-                with self._timed("insert"):
-                    self._runner.insert(slot, request.prompt_tokens, request.max_new_tokens, request.sampling,
-                                        prefilled)
-                self._live[slot] = request
+            try:
+                self._place(request, shift)
+            except Exception:  # taken from the queue, not yet live: ended here, or its reader would wait forever
+                request._finish(CANCELLED)
+                raise
+
+    def _place(self, request: Request, shift: int) -> None:
+        """Shift the rows by ``shift``, prefill ``request`` and, unless its first token ends it, insert it."""
+        if shift:
+            with self._timed("shift"):
+                self._runner.shift(shift)
+            self._table.shifted(shift)
+        with self._timed("prefill"):
+            prefilled = self._runner.prefill(request.prompt, request.sampling, request.max_new_tokens)
+        first = int(np.asarray(prefilled.first_token)[0])
+        finish = self._finish_reason(request, first, 1)
+        request._push(first, finish)
+        if finish is None:
+            slot = self._table.insert(request.prompt_tokens, request.max_new_tokens)
+            with self._timed("insert"):
+                self._runner.insert(slot, request.prompt, request.max_new_tokens, request.sampling, prefilled)
+            self._live[slot] = request
 
     def _step(self) -> None:
         steps = self._steps_due()

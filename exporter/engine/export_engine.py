@@ -27,9 +27,6 @@ BUCKET_DIM = "bucket"
 SMALLEST_BUCKET = 16
 STEPS_PER_CALL = 8  # the most generate steps one call runs
 ALIASING_ATTR = "tf.aliasing_output"
-# generation_config settings whose logits processors export_generate applies and the engine does not (yet)
-_UNAPPLIED = ("min_new_tokens", "min_length", "repetition_penalty", "no_repeat_ngram_size", "bad_words_ids",
-              "suppress_tokens", "forced_bos_token_id", "forced_eos_token_ids")
 
 
 def export_engine(model, slots: int = 8, max_cache_len: int = 2048, *, max_prompt_len: int | None = None,
@@ -58,16 +55,21 @@ def export_engine(model, slots: int = 8, max_cache_len: int = 2048, *, max_promp
                           carried_shapes=tuple(carried_shape(s) for s in shapes),
                           defaults=sampling_defaults(model.generation_config), steps_per_call=steps_per_call)
     state = config.empty_state()
-    bucket = Dim(BUCKET_DIM, min=2, max=buckets[-1])
+    shortest = max(2, settings.no_repeat_ngram_size + 1)  # more than one n-gram (export specializes a dim of 1)
+    if buckets[0] < shortest:
+        raise ValueError(f"buckets must be at least {shortest} tokens long with generation_config's "
+                         f"no_repeat_ngram_size={settings.no_repeat_ngram_size}; got {list(buckets)}")
+    bucket = Dim(BUCKET_DIM, min=shortest, max=buckets[-1])
     prompt = Prompt(torch.ones(1, buckets[0], dtype=torch.int64), torch.ones(1, buckets[0], dtype=torch.int64),
-                    sampling_rows(1, vocab_size))
+                    torch.ones(1, dtype=torch.int64), sampling_rows(1, vocab_size))
     prefill = export_to_stablehlo(EnginePrefill(model, settings, shapes), (prompt,),
-                                  dynamic_shapes=(Prompt({1: bucket}, {1: bucket}, _static(prompt.sampling)),))
+                                  dynamic_shapes=(Prompt({1: bucket}, {1: bucket}, None, _static(prompt.sampling)),))
     prefilled = Prefilled(torch.zeros(1, dtype=torch.int64),
                           tuple(torch.zeros(carried_shape((1, h, buckets[0], d)), dtype=model.dtype)
                                 for _, h, _, d in shapes))
-    admission = Admission(torch.tensor(0), torch.tensor(1), torch.tensor(1), sampling_rows(1, vocab_size), prefilled)
-    admission_dims = Admission(None, None, None, _static(admission.sampling),
+    admission = Admission(torch.tensor(0), torch.ones(1, buckets[0], dtype=torch.int64), torch.tensor(1),
+                          torch.tensor(1), sampling_rows(1, vocab_size), prefilled)
+    admission_dims = Admission(None, {1: bucket}, None, None, _static(admission.sampling),
                                Prefilled(None, tuple({len(c.shape) - 2: bucket} for c in prefilled.caches)))
     steps = {PREFILL: prefill,
              INSERT: export_to_stablehlo(EngineInsert(shapes), (state, admission),
@@ -92,19 +94,11 @@ def sampling_defaults(generation_config) -> SamplingDefaults:
 
 
 def _engine_settings(model, max_cache_len: int, vocab_size: int) -> GenerationSettings:
-    """``generation_config``'s eos and pad tokens (checked as ``export_generate`` checks them); refuses the
-    settings whose processors the engine does not apply."""
-    settings = resolve_settings(model.generation_config, 1, vocab_size, max_new_tokens=1, max_cache_len=max_cache_len,
-                                do_sample=False, temperature=1.0, top_k=None, top_p=None, eos_token_id=None,
-                                pad_token_id=None)
-    plain = GenerationSettings(max_new_tokens=1, max_cache_len=max_cache_len, eos_token_ids=(), pad_token_id=0)
-    unapplied = [f"{name}={getattr(settings, name)!r}" for name in _UNAPPLIED
-                 if getattr(settings, name) != getattr(plain, name)]
-    if unapplied:
-        raise NotImplementedError(f"export_engine does not apply the generation_config setting(s) "
-                                  f"{', '.join(unapplied)}; reset them on model.generation_config (export_generate "
-                                  "applies them)")
-    return settings
+    """``generation_config``'s eos and pad tokens and logits processors, checked as ``export_generate`` checks
+    them (sampling is per request: ``sampling_defaults``)."""
+    return resolve_settings(model.generation_config, 1, vocab_size, max_new_tokens=1, max_cache_len=max_cache_len,
+                            do_sample=False, temperature=1.0, top_k=None, top_p=None, eos_token_id=None,
+                            pad_token_id=None)
 
 
 def _buckets(buckets, max_prompt_len: int, max_cache_len: int) -> tuple[int, ...]:

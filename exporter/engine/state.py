@@ -35,6 +35,7 @@ class DecodeState(NamedTuple):
     done: torch.Tensor         # [slots] bool: the slot holds no request still making tokens
     padding: torch.Tensor      # [slots, max_cache_len] int64: 0 before a slot's request, 1 from its first token on
     last_column: torch.Tensor  # [slots] int64: the column of a request's last allowed token
+    first_column: torch.Tensor  # [slots] int64: the column of a request's first new token (its prefill's)
     sampling: Sampling         # [slots] each
     caches: tuple              # per layer keys then values, [slots, kv heads, max_cache_len, head dim] (carried)
 
@@ -49,6 +50,7 @@ class Prompt(NamedTuple):
     """What the prefill takes: one prompt, left-padded to a bucket's length."""
     input_ids: torch.Tensor       # [1, bucket] int64
     attention_mask: torch.Tensor  # [1, bucket] int64: 0 on the padding, then 1
+    max_new_tokens: torch.Tensor  # [1] int64: the request's (its first token may be its last)
     sampling: Sampling            # [1] each: the first new token's
 
 
@@ -61,6 +63,7 @@ class Prefilled(NamedTuple):
 class Admission(NamedTuple):
     """What the insert takes besides the state: a prefilled request and the slot it goes to."""
     slot: torch.Tensor            # () int64
+    prompt_ids: torch.Tensor      # [1, bucket] int64: the prompt as prefilled (left-padded to its bucket)
     prompt_len: torch.Tensor      # () int64: the prompt's real tokens
     max_new_tokens: torch.Tensor  # () int64
     sampling: Sampling            # [1] each
@@ -86,5 +89,6 @@ def empty_state(slots: int, max_cache_len: int, cache_shapes: list, cache_dtype:
                        done=torch.ones(slots, dtype=torch.bool),
                        padding=torch.ones(slots, max_cache_len, dtype=torch.int64),
                        last_column=torch.zeros(slots, dtype=torch.int64),
+                       first_column=torch.zeros(slots, dtype=torch.int64),
                        sampling=sampling_rows(slots, vocab_size),
                        caches=tuple(torch.zeros(shape, dtype=cache_dtype) for shape in cache_shapes))

@@ -2,14 +2,17 @@
 
 - ``EnginePrefill``: one prompt, left-padded to a bucket's length, through the model from an empty cache: its
   first new token and its caches (the bucket's columns);
-- ``EngineInsert``: a prefilled request into a free slot, its prompt ending just before the shared cursor;
+- ``EngineInsert``: a prefilled request into a free slot, its prompt (tokens and caches) ending just before the
+  shared cursor;
 - ``EngineStep``: one step over every slot (``export_generate``'s decode step, with per-slot ends and sampling),
   which ``loop.looped`` calls up to ``steps_per_call`` times in one ``stablehlo.while`` (the generate entry point,
   whose calling convention ``EngineGenerate`` gives);
 - ``EngineShift``: every row moved left by some columns, to make room at the end.
 
 The model runs through ``generate.loop_steps.CausalStep`` (the carried cache layers, positions from the padding), so an
-engine's logits are ``export_generate``'s. Sampling is per row (``choose_rows``): each slot has its own settings
+engine's logits are ``export_generate``'s, and so are its logits processors (``generation_config``'s repetition
+penalty, n-gram and bad-word bans, minimum lengths, forced and suppressed tokens: ``loop_steps.processed``), each
+slot over its own sequence so far. Sampling is per row (``choose_rows``): each slot has its own settings
 and its own random numbers, drawn from its seed and the token's position by a counter-based hash, so a seeded
 request's tokens do not depend on what runs beside it.
 """
@@ -19,7 +22,7 @@ import torch
 import torch.utils._pytree as pytree
 
 from ..generate.generation_settings import GenerationSettings
-from ..generate.loop_steps import CausalStep, carried_shape, one_of, positions_before
+from ..generate.loop_steps import CausalStep, SequenceSoFar, carried_shape, one_of, positions_before, processed
 from .state import Admission, DecodeState, Generated, Prefilled, Prompt, Sampling
 
 _MASK32 = 0xFFFFFFFF
@@ -91,12 +94,18 @@ class EnginePrefill(CausalStep):
         positions = (attention_mask.cumsum(-1) - 1).masked_fill(attention_mask == 0, 0)
         offset = torch.zeros((), dtype=torch.int64, device=input_ids.device)
         logits, caches = self.run_model(input_ids, attention_mask, positions, offset, zeros)
-        return Prefilled(choose_rows(logits, prompt.sampling, attention_mask.sum(-1)), tuple(caches))
+        length = attention_mask.sum(-1)
+        scores = processed(logits, self.settings, SequenceSoFar(
+            input_ids, attention_mask == 1, torch.full((), bucket, dtype=torch.int64, device=input_ids.device),
+            torch.zeros_like(length),
+            length, prompt.max_new_tokens == 1))
+        return Prefilled(choose_rows(scores, prompt.sampling, length), tuple(caches))
 
 
 class EngineInsert(torch.nn.Module):
-    """A prefilled request into slot ``slot``: its caches at the columns just before the cursor, its first token
-    at the cursor, its last allowed column ``max_new_tokens - 1`` after it, its sampling settings."""
+    """A prefilled request into slot ``slot``: its prompt's tokens and caches at the columns just before the
+    cursor, its first token at the cursor, its last allowed column ``max_new_tokens - 1`` after it, its sampling
+    settings."""
 
     def __init__(self, layer_shapes: list):
         super().__init__()
@@ -115,13 +124,17 @@ class EngineInsert(torch.nn.Module):
                 2, torch.arange(bucket, device=cursor.device) + (cursor - bucket), new.reshape(1, heads, bucket, dim))
             written.append(full.index_copy(0, row, slot_row).reshape(carried.shape))
         padding = (columns >= cursor - prompt_len).to(state.padding.dtype).unsqueeze(0)
-        tokens = state.tokens.index_select(0, row).index_copy(1, cursor.reshape(1), first_token.reshape(1, 1))
+        bucket = admission.prompt_ids.shape[1]
+        sequence = torch.cat([admission.prompt_ids, first_token.reshape(1, 1)], 1)  # the prompt, its first token
+        tokens = state.tokens.index_select(0, row).index_copy(
+            1, torch.arange(bucket + 1, device=cursor.device) + (cursor - bucket), sequence)
         return DecodeState(
             tokens=state.tokens.index_copy(0, row, tokens),
             cursor=cursor,
             done=state.done.index_copy(0, row, torch.zeros(1, dtype=torch.bool, device=cursor.device)),
             padding=state.padding.index_copy(0, row, padding),
             last_column=state.last_column.index_copy(0, row, (cursor + admission.max_new_tokens - 1).reshape(1)),
+            first_column=state.first_column.index_copy(0, row, cursor.reshape(1)),
             sampling=Sampling(*(field.index_copy(0, row, new) for field, new in zip(state.sampling, admission.sampling))),
             caches=tuple(written))
 
@@ -137,9 +150,13 @@ class EngineStep(CausalStep):
         input_ids = state.tokens.index_select(1, cursor.reshape(1))
         positions = positions_before(state.padding, cursor)
         logits, caches = self.run_model(input_ids, state.padding, positions, cursor, list(state.caches))
-        chosen = choose_rows(logits, state.sampling, positions.squeeze(1) + 1)
-        chosen = torch.where(state.done, torch.full_like(chosen, settings.pad_token_id), chosen)
         column = cursor + 1
+        length = positions.squeeze(1) + 1
+        written = (state.padding == 1) & (torch.arange(state.tokens.shape[1], device=cursor.device) <= cursor)
+        scores = processed(logits, settings, SequenceSoFar(state.tokens, written, column, column - state.first_column,
+                                                           length, column == state.last_column))
+        chosen = choose_rows(scores, state.sampling, length)
+        chosen = torch.where(state.done, torch.full_like(chosen, settings.pad_token_id), chosen)
         done = state.done | (column >= state.last_column)
         if settings.eos_token_ids:
             done = done | one_of(chosen, settings.eos_token_ids)
@@ -172,4 +189,5 @@ class EngineShift(torch.nn.Module):
         return state._replace(
             tokens=state.tokens.index_select(1, source), cursor=state.cursor - by,
             padding=state.padding.index_select(1, source), last_column=state.last_column - by,
+            first_column=state.first_column - by,
             caches=tuple(cache.index_select(cache.dim() - 2, source) for cache in state.caches))

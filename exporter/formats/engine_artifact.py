@@ -247,22 +247,29 @@ class EngineRunner:
         leaves, self._state_tree = pytree.tree_flatten(self.config.empty_state())
         self._state = pjrt.put([to_numpy(leaf) for leaf in leaves], self.platform)
 
-    def prefill(self, prompt: list[int], sampling: Sampling) -> Prefilled:
+    def prefill(self, prompt: list[int], sampling: Sampling, max_new_tokens: int) -> Prefilled:
         """The first token and caches of ``prompt`` (its caches stay on the device, for ``insert``)."""
+        ids, mask = self._padded(prompt)
+        first_token, *caches = self._run(PREFILL, Prompt(ids, mask, torch.tensor([max_new_tokens]), sampling),
+                                         takes_state=False)
+        return Prefilled(first_token, tuple(caches))
+
+    def insert(self, slot: int, prompt: list[int], max_new_tokens: int, sampling: Sampling,
+               prefilled: Prefilled) -> None:
+        """The prefilled request into ``slot`` (free), its first token at the cursor."""
+        def scalar(value):
+            return torch.tensor(value, dtype=torch.int64)
+        self._run(INSERT, Admission(scalar(slot), self._padded(prompt)[0], scalar(len(prompt)),
+                                    scalar(max_new_tokens), sampling, prefilled))
+
+    def _padded(self, prompt: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        """``prompt`` left-padded to its bucket, and its attention mask ([1, bucket] each)."""
         bucket = self.config.bucket(len(prompt))
         ids = torch.full((1, bucket), self.config.pad_token_id, dtype=torch.int64)
         ids[0, bucket - len(prompt):] = torch.tensor(prompt, dtype=torch.int64)
         mask = torch.zeros(1, bucket, dtype=torch.int64)
         mask[0, bucket - len(prompt):] = 1
-        first_token, *caches = self._run(PREFILL, Prompt(ids, mask, sampling), takes_state=False)
-        return Prefilled(first_token, tuple(caches))
-
-    def insert(self, slot: int, prompt_len: int, max_new_tokens: int, sampling: Sampling,
-               prefilled: Prefilled) -> None:
-        """The prefilled request into ``slot`` (free), its first token at the cursor."""
-        def scalar(value):
-            return torch.tensor(value, dtype=torch.int64)
-        self._run(INSERT, Admission(scalar(slot), scalar(prompt_len), scalar(max_new_tokens), sampling, prefilled))
+        return ids, mask
 
     def generate(self, steps: int = 1) -> np.ndarray:
         """``steps`` steps (1 to ``config.steps_per_call``) over all slots in one call: [steps, slots], the token

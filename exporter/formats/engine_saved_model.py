@@ -7,9 +7,10 @@ slot free when saved) is ``tf.Variable``s too: ``insert``, ``generate`` and ``sh
 value (their ``@main`` donates it), so the SavedModel holds one engine, driven by one caller at a time.
 
 Inputs and outputs are named as the entry point's signature names them (the fields of ``engine.state``'s types):
-- ``prefill``: ``prompt_input_ids`` and ``prompt_attention_mask`` [1, bucket], ``prompt_sampling_do_sample``, ...
-  -> ``first_token``, ``caches.0``, ``caches.1``, ...;
-- ``insert``: ``admission_slot``, ``admission_prompt_len``, ``admission_max_new_tokens``, the sampling rows, the
+- ``prefill``: ``prompt_input_ids`` and ``prompt_attention_mask`` [1, bucket], ``prompt_max_new_tokens`` [1],
+  ``prompt_sampling_do_sample``, ... -> ``first_token``, ``caches.0``, ``caches.1``, ...;
+- ``insert``: ``admission_slot``, ``admission_prompt_ids`` [1, bucket] (as prefilled), ``admission_prompt_len``,
+  ``admission_max_new_tokens``, the sampling rows, the
   prefill's first token and caches (``admission_prefilled_first_token``, ``admission_prefilled_caches_0``, ...)
   -> ``cursor`` (the shared column, unchanged);
 - ``generate``: ``steps`` (1 to ``steps_per_call``) -> ``tokens`` [steps_per_call, slots] (rows past ``steps``:

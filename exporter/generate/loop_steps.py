@@ -162,39 +162,59 @@ class Step(torch.nn.Module):
 
     def processed(self, logits, tokens, column, prompt_len):
         """The scores after the logits processors ``generate`` applies for these settings (``tokens`` before
-        ``column`` are the sequence so far)."""
-        settings = self.settings
-        written = torch.arange(tokens.shape[1], device=tokens.device) < column  # [max_cache_len]
-        scores = logits
-        if settings.repetition_penalty != 1.0:
-            seen = torch.zeros_like(scores).scatter_add(1, tokens, written.to(scores.dtype).expand_as(tokens)) > 0
-            penalised = torch.where(scores < 0, scores * settings.repetition_penalty,
-                                    scores / settings.repetition_penalty)
-            scores = torch.where(seen, penalised, scores)
-        if settings.no_repeat_ngram_size:
-            scores = scores.masked_fill(repeated_ngram_ends(tokens, column, settings.no_repeat_ngram_size,
-                                                            scores.shape[1]), float("-inf"))
-        banned = [word[-1] for word in settings.bad_words_ids if len(word) == 1]
-        if banned:
-            scores = scores.masked_fill(in_vocabulary(scores, banned), float("-inf"))
-        for word in (w for w in settings.bad_words_ids if len(w) > 1):
-            follows = suffix_is(tokens, column, word[:-1]).unsqueeze(1)
-            only = torch.arange(scores.shape[1], device=scores.device) == word[-1]
-            scores = scores.masked_fill(follows & only, float("-inf"))
-        if settings.eos_token_ids and (settings.min_new_tokens or settings.min_length):
-            early = (column - prompt_len < settings.min_new_tokens) | (column < settings.min_length)
-            scores = scores.masked_fill(early & in_vocabulary(scores, settings.eos_token_ids), float("-inf"))
-        if settings.forced_bos_token_id is not None:
-            scores = forced(scores, [settings.forced_bos_token_id], column == 1)
-        if settings.forced_eos_token_ids:
-            scores = forced(scores, settings.forced_eos_token_ids, column == self.last_column(prompt_len))
-        if settings.suppress_tokens:
-            scores = scores.masked_fill(in_vocabulary(scores, settings.suppress_tokens), float("-inf"))
-        return scores
+        ``column`` are the sequence so far, the left padding included, as ``generate`` reads a padded batch)."""
+        rows = tokens.shape[0]
+        live = (torch.arange(tokens.shape[1], device=tokens.device) < column).expand(rows, -1)
+        return processed(logits, self.settings, SequenceSoFar(
+            tokens, live, column, (column - prompt_len).expand(rows), column.expand(rows),
+            (column == self.last_column(prompt_len)).expand(rows)))
 
     def last_column(self, prompt_len):
         """The column of the last new token."""
         return prompt_len + self.settings.max_new_tokens - 1
+
+
+class SequenceSoFar(NamedTuple):
+    """What ``generate``'s logits processors read of each row's sequence before the token chosen at column
+    ``end``: its columns of ``tokens`` are those ``live`` marks (all before ``end``)."""
+    tokens: torch.Tensor  # [rows, columns] int64
+    live: torch.Tensor    # [rows, columns] bool: the row's sequence (its prompt and the tokens made so far)
+    end: torch.Tensor     # 0-d int64: the column of the token being chosen
+    made: torch.Tensor    # [rows] int64: the new tokens made before it
+    length: torch.Tensor  # [rows] int64: the sequence's length (``input_ids.shape[-1]`` in ``generate``)
+    last: torch.Tensor    # [rows] bool: it is the last token the row may make
+
+
+def processed(logits, settings: GenerationSettings, sequence: SequenceSoFar):
+    """``logits`` [rows, vocab] after the logits processors ``generate`` applies for ``settings``, in its order,
+    each row over its own sequence so far."""
+    scores = logits
+    if settings.repetition_penalty != 1.0:
+        seen = torch.zeros_like(scores).scatter_add(1, sequence.tokens, sequence.live.to(scores.dtype)) > 0
+        penalised = torch.where(scores < 0, scores * settings.repetition_penalty,
+                                scores / settings.repetition_penalty)
+        scores = torch.where(seen, penalised, scores)
+    if settings.no_repeat_ngram_size:
+        scores = scores.masked_fill(repeated_ngram_ends(sequence, settings.no_repeat_ngram_size, scores.shape[1]),
+                                    float("-inf"))
+    banned = [word[-1] for word in settings.bad_words_ids if len(word) == 1]
+    if banned:
+        scores = scores.masked_fill(in_vocabulary(scores, banned), float("-inf"))
+    for word in (w for w in settings.bad_words_ids if len(w) > 1):
+        follows = suffix_is(sequence, word[:-1]).unsqueeze(1)
+        only = torch.arange(scores.shape[1], device=scores.device) == word[-1]
+        scores = scores.masked_fill(follows & only, float("-inf"))
+    if settings.eos_token_ids and (settings.min_new_tokens or settings.min_length):
+        early = (sequence.made < settings.min_new_tokens) | (sequence.length < settings.min_length)
+        scores = scores.masked_fill(early.unsqueeze(1) & in_vocabulary(scores, settings.eos_token_ids),
+                                    float("-inf"))
+    if settings.forced_bos_token_id is not None:
+        scores = forced(scores, [settings.forced_bos_token_id], (sequence.length == 1).unsqueeze(1))
+    if settings.forced_eos_token_ids:
+        scores = forced(scores, settings.forced_eos_token_ids, sequence.last.unsqueeze(1))
+    if settings.suppress_tokens:
+        scores = scores.masked_fill(in_vocabulary(scores, settings.suppress_tokens), float("-inf"))
+    return scores
 
 
 def one_of(values, token_ids) -> torch.Tensor:
@@ -209,26 +229,32 @@ def in_vocabulary(scores, token_ids) -> torch.Tensor:
 
 
 def forced(scores, token_ids, when) -> torch.Tensor:
-    """``scores``, or where ``when`` (0-d bool) -inf but 0 at ``token_ids`` (transformers' forced BOS/EOS)."""
+    """``scores``, or where ``when`` (bool, broadcast to ``scores``) -inf but 0 at ``token_ids`` (transformers'
+    forced BOS/EOS)."""
     only = torch.where(in_vocabulary(scores, token_ids), 0.0, float("-inf")).to(scores.dtype).expand_as(scores)
     return torch.where(when, only, scores)
 
 
-def suffix_is(tokens, column, word) -> torch.Tensor:
-    """Per row, whether the tokens just before ``column`` are ``word`` (False where fewer have been written)."""
+def suffix_is(sequence: SequenceSoFar, word) -> torch.Tensor:
+    """Per row, whether the tokens of its sequence just before ``sequence.end`` are ``word`` (False where it has
+    fewer)."""
     size = len(word)
-    where = (column - size + torch.arange(size, device=tokens.device)).clamp(min=0)
-    recent = tokens.index_select(1, where)
-    return (recent == torch.tensor(word, device=tokens.device)).all(1) & (column >= size)
+    where = (sequence.end - size + torch.arange(size, device=sequence.tokens.device)).clamp(min=0)
+    recent = sequence.tokens.index_select(1, where)
+    return (recent == torch.tensor(word, device=recent.device)).all(1) & \
+        sequence.live.index_select(1, where).all(1) & (sequence.end >= size)
 
 
-def repeated_ngram_ends(tokens, column, size: int, vocab: int) -> torch.Tensor:
-    """[batch, vocab]: the tokens that would complete an n-gram of ``size`` already in the sequence before
-    ``column`` (transformers' ``NoRepeatNGramLogitsProcessor`` over the written part of ``tokens``)."""
-    windows = tokens.unfold(1, size, 1)  # [batch, columns - size + 1, size]
-    starts = torch.arange(windows.shape[1], device=tokens.device)
-    prefix = tokens.index_select(1, (column - size + 1 + torch.arange(size - 1, device=tokens.device)).clamp(min=0))
-    matches = (windows[..., :-1] == prefix.unsqueeze(1)).all(-1) & (starts + size <= column) & (column >= size)
+def repeated_ngram_ends(sequence: SequenceSoFar, size: int, vocab: int) -> torch.Tensor:
+    """[rows, vocab]: the tokens that would complete an n-gram of ``size`` already in a row's sequence
+    (transformers' ``NoRepeatNGramLogitsProcessor`` over the sequence so far)."""
+    tokens, end = sequence.tokens, sequence.end
+    windows = tokens.unfold(1, size, 1)  # [rows, columns - size + 1, size]
+    inside = sequence.live.unfold(1, size, 1).all(-1)  # windows wholly in the sequence
+    prefix_columns = (end - size + 1 + torch.arange(size - 1, device=tokens.device)).clamp(min=0)
+    prefix = tokens.index_select(1, prefix_columns)
+    has_prefix = sequence.live.index_select(1, prefix_columns).all(1) & (end >= size)
+    matches = (windows[..., :-1] == prefix.unsqueeze(1)).all(-1) & inside & has_prefix.unsqueeze(1)
     spare = torch.full_like(windows[..., -1], vocab)  # non-matching windows land past the vocabulary
     banned = torch.zeros(tokens.shape[0], vocab + 1, dtype=torch.bool, device=tokens.device)
     return banned.scatter(1, torch.where(matches, windows[..., -1], spare), True)[:, :vocab]

@@ -54,7 +54,7 @@ def _set(path, value, *keys):
 
 def _caches(artifact: EngineArtifact) -> list[np.ndarray]:
     """The caches prefill computes for ``PROMPT`` (floats: they differ between any two sets of weights)."""
-    prefilled = artifact.runner().prefill(PROMPT, sampling_rows(1, VOCAB))
+    prefilled = artifact.runner().prefill(PROMPT, sampling_rows(1, VOCAB), 4)
     return [np.asarray(cache) for cache in prefilled.caches]
 
 
@@ -79,9 +79,9 @@ def test_a_malformed_field_is_a_bundle_error_naming_it(copy, keys, value, messag
 
 
 @pytest.mark.parametrize("field, value, message", [
-    ("slots", 3, r"config: the state it makes has 14 leaves, leaf 0 int64\[3, 32\]; entry point 'insert' takes 14, "
+    ("slots", 3, r"config: the state it makes has 15 leaves, leaf 0 int64\[3, 32\]; entry point 'insert' takes 15, "
                  r"leaf 0 int64\[2, 32\]"),
-    ("cache_dtype", "bfloat16", r"config: .* leaf 10 bfloat16\[2, 2, 32, 16\]; .* leaf 10 float32\[2, 2, 32, 16\]"),
+    ("cache_dtype", "bfloat16", r"config: .* leaf 11 bfloat16\[2, 2, 32, 16\]; .* leaf 11 float32\[2, 2, 32, 16\]"),
     ("max_cache_len", 2 ** 62, r"config: no state can be built of it \(Storage size calculation overflowed"),
     ("buckets", [4, 8, 9], r"config\.buckets: \[9\] outside the range \[2, 8\] of prefill's dim bucket"),
     ("steps_per_call", 100, r"config\.steps_per_call: 100 steps of 2 slots; entry point 'generate' returns tokens "

@@ -167,13 +167,15 @@ def bucketed(prompt: list[int], bucket: int) -> tuple[np.ndarray, np.ndarray]:
 
 def drive(config, prefill, insert, generate, asked) -> list[list[int]]:
     """Two requests side by side (8 tokens each) through the entry points given as callables: ``prefill(prompt's
-    input_ids, attention_mask, sampling)`` -> (first token, caches), ``insert(Admission)``, ``generate(steps)`` ->
+    input_ids, attention_mask, max_new_tokens, sampling)`` -> (first token, caches), ``insert(Admission)``,
+    ``generate(steps)`` ->
     [steps_per_call, slots] tokens; 7 steps made in two generate calls of 3 and 4 steps."""
     made = {}
     for slot, prompt in enumerate(asked[:2]):
-        first_token, caches = prefill(*bucketed(prompt, config.bucket(len(prompt))), sampling_rows(1, VOCAB))
+        ids, mask = bucketed(prompt, config.bucket(len(prompt)))
+        first_token, caches = prefill(ids, mask, np.array([8]), sampling_rows(1, VOCAB))
         made[slot] = [int(np.asarray(first_token)[0])]
-        insert(Admission(np.int64(slot), np.int64(len(prompt)), np.int64(8), sampling_rows(1, VOCAB),
+        insert(Admission(np.int64(slot), ids, np.int64(len(prompt)), np.int64(8), sampling_rows(1, VOCAB),
                          Prefilled(first_token, tuple(caches))))
     for steps in (3, 4):
         tokens = np.asarray(generate(steps))
@@ -195,8 +197,8 @@ def test_to_jax_entry_points_driven_by_a_loop(setup):
     with jax.enable_x64(True):
         held["state"] = plain(artifact.config.empty_state())
 
-        def prefill(ids, mask, sampling):
-            return models["prefill"](plain(Prompt(ids, mask, sampling)))
+        def prefill(ids, mask, max_new_tokens, sampling):
+            return models["prefill"](plain(Prompt(ids, mask, max_new_tokens, sampling)))
 
         def insert(admission):
             held["state"] = models["insert"](held["state"], plain(admission))
@@ -224,8 +226,8 @@ def test_saved_model_entry_points_driven_by_a_loop(setup, tmp_path):
         names = names if entry == "prefill" else names[state:]
         return {name: tf.constant(np.asarray(leaf)) for name, leaf in zip(names, pytree.tree_leaves(structure))}
 
-    def prefill(ids, mask, sampling):
-        served = signatures["prefill"](**named(Prompt(ids, mask, sampling), "prefill"))
+    def prefill(ids, mask, max_new_tokens, sampling):
+        served = signatures["prefill"](**named(Prompt(ids, mask, max_new_tokens, sampling), "prefill"))
         return served["first_token"], [served[f"caches.{i}"] for i in range(len(served) - 1)]
 
     def insert(admission):
@@ -242,8 +244,8 @@ def test_the_state_is_donated_to_each_call(setup):
     artifact = setup[1]
     runner = artifact.runner()
     sampling = sampling_rows(1, VOCAB)
-    for call in (lambda: runner.insert(0, 3, 8, sampling, runner.prefill([5, 6, 7], sampling)), runner.generate,
-                 lambda: runner.shift(2)):
+    for call in (lambda: runner.insert(0, [5, 6, 7], 8, sampling, runner.prefill([5, 6, 7], sampling, 8)),
+                 runner.generate, lambda: runner.shift(2)):
         before = list(runner._state)
         call()
         assert all(leaf.is_deleted() for leaf in before)
