@@ -13,6 +13,7 @@ from torch_stablehlo.stablehlo_ir.mlir_context import make_context
 from torch_stablehlo.stablehlo_ir.specs import dtype_name
 
 from ..api import export_to_stablehlo
+from ..autoshard.plan import ShardingPlan
 from ..formats.artifact import StableHLOArtifact
 from ..formats.engine_artifact import (GENERATE, INSERT, PREFILL, SHIFT, EngineArtifact, EngineConfig,
                                        SamplingDefaults)
@@ -95,7 +96,7 @@ def export_engine(model, slots: int = 8, max_cache_len: int = 2048, *, max_promp
     if mesh is not None:
         entries = sharded_entries(entries, engine_layouts(generate, state, shapes),
                                   len(pytree.tree_leaves(admission)))
-    return EngineArtifact(entries, weights, config, sharding_plan=generate.sharding_plan)
+    return EngineArtifact(entries, weights, config, sharding_plan=planned if isinstance(planned, ShardingPlan) else None)
 
 
 def sampling_defaults(generation_config) -> SamplingDefaults:

@@ -60,9 +60,9 @@ def engine_layouts(step: StableHLOArtifact, state, layer_shapes: list) -> Engine
     """The layouts of the generate ``step`` (exported from ``state`` over a mesh) that the other
     entry points take: its weights', its state's, and the prefill's caches (``layer_shapes``: [slots, kv heads,
     length, head dim] per cache tensor, the state's last leaves)."""
-    state = [slot.sharding for slot in step.signature.user_inputs]
-    caches = state[-len(layer_shapes):]
-    return EngineLayouts(dict(step.signature.mesh), step_layouts(step, (state,)).weights, state,
+    specs = [slot.sharding for slot in step.signature.user_inputs]
+    caches = specs[-len(layer_shapes):]
+    return EngineLayouts(dict(step.signature.mesh), step_layouts(step, (state,)).weights, specs,
                          [_prefilled_spec(spec, shape) for spec, shape in zip(caches, layer_shapes)])
 
 

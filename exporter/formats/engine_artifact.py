@@ -145,6 +145,10 @@ class EngineArtifact:
     def save_tf_saved_model(self, path: str | os.PathLike, *, target_version: str = DEFAULT_TARGET) -> Path:
         """Write a TF SavedModel with one signature per entry point, the decode state in variables (needs
         tensorflow; see ``formats.engine_saved_model``)."""
+        if self.mesh:
+            raise NotImplementedError(f"cannot save a SavedModel of an engine partitioned over the mesh {self.mesh}: "
+                                      "TF's XlaCallModule runs it on one device; export the engine without a mesh "
+                                      "for TF serving")
         from .engine_saved_model import save_engine_saved_model  # tensorflow takes seconds to import: only when asked
 
         return save_engine_saved_model(self, path, target_version=target_version)
