@@ -27,7 +27,6 @@ from ..formats.artifact import StableHLOArtifact
 from ..formats.engine_artifact import GENERATE, INSERT, PREFILL, SHIFT
 from ..plans import auto_shardings, step_layouts
 
-AUTO = "auto"
 _LENGTH_DIM = 2  # of a cache's [slots, kv heads, length, head dim]
 
 
@@ -50,7 +49,7 @@ def step_shardings(step, state, mesh, shardings, platform: str = "cpu"):
         return None
     mesh = check_mesh(mesh)
     pjrt.device_mesh(platform, tuple(mesh.items()))
-    if isinstance(shardings, str) and shardings == AUTO:
+    if isinstance(shardings, str) and shardings == "auto":  # another word: export_to_stablehlo says what it takes
         return auto_shardings(step, (state,), mesh=mesh, platform=platform,
                               loop_carried=len(pytree.tree_leaves(state)))
     return shardings
