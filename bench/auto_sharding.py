@@ -21,6 +21,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import time
 from unittest import mock
 
@@ -122,13 +123,14 @@ def exported(model, args, mesh: dict, shardings, expected) -> dict:
 
 def timed(rows: dict, args, repeats: int) -> None:
     """Each row's best call in ``ms``, the calls alternated between the programs (the machine's noise shared).
-    Rows whose plans gave the very same program (the same StableHLO text: the auto plan is often the
-    data-parallel or FSDP row's) share one timing, named in ``same_as``: timing one program twice measures only
+    Rows whose plans gave the very same program (``compiled_program``: the auto plan is often the data-parallel or
+    FSDP row's, and a plan that states a weight replicated compiles as one that leaves it to XLA's propagation
+    where XLA replicates it too) share one timing, named in ``same_as``: timing one program twice measures only
     the machine's noise."""
-    programs: dict[str, str] = {}  # StableHLO text -> the first row with it
+    programs: dict[str, str] = {}  # compiled program -> the first row with it
     for name, row in rows.items():
         if "art" in row:
-            first = programs.setdefault(row["art"].stablehlo_text, name)
+            first = programs.setdefault(compiled_program(row["art"]), name)
             if first != name:
                 row["same_as"] = first
     best = {name: float("inf") for name in programs.values()}
@@ -141,6 +143,15 @@ def timed(rows: dict, args, repeats: int) -> None:
         if "art" in row:
             del row["art"]
             row["ms"] = 1e3 * best[row.get("same_as", name)]
+
+
+def compiled_program(art) -> str:
+    """The optimised HLO XLA compiled ``art`` to, without what names it (the module's name, source locations, each
+    value's name renamed by its first use): equal for two plans whose programs are the same."""
+    hlo = art._executables[max(art._executables)].loaded.hlo_modules()[0].to_string()
+    hlo = re.sub(r"^HloModule \S+", "HloModule", re.sub(r", metadata=\{[^}]*\}", "", hlo))
+    names: dict[str, str] = {}
+    return re.sub(r"%[\w.-]+", lambda m: names.setdefault(m.group(), f"%v{len(names)}"), hlo)
 
 
 def measure(kind: str, build, mesh: dict, repeats: int) -> dict:

@@ -180,12 +180,14 @@ class Executable:
         """The compiled ``LoadedExecutable`` (its HLO, memory figures, shardings)."""
         return self._loaded
 
-    def execute(self, device_arrays: Sequence) -> list[jax.Array]:
-        """The results, computed (each one device's array: over a mesh, from this process's first device);
+    def execute(self, device_arrays: Sequence, laid_out: bool = False) -> list[jax.Array]:
+        """The results, computed (each one device's array: over a mesh, from this process's first device; with
+        ``laid_out``, global arrays split as the program returns them, to pass on to another call);
         ``np.asarray`` or ``stablehlo_ir.dtypes.to_torch`` reads them (on CPU, without a copy)."""
         start = time.perf_counter()
         if self.mesh is not None:
-            outputs = spmd.execute(self._loaded, device_arrays)
+            outputs = (spmd.execute_laid_out(self._loaded, self.mesh, device_arrays) if laid_out else
+                       spmd.execute(self._loaded, device_arrays))
         else:
             outputs = self._loaded.execute(list(device_arrays))
             if outputs:  # one execution's results are ready together: waiting on each costs a call apiece

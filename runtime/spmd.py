@@ -14,6 +14,8 @@ from typing import Callable, Sequence
 
 import jax
 import numpy as np
+from jax._src.lib import xla_client
+from jax._src.op_shardings import get_num_ways_dim_sharded
 from jax._src.sharding_impls import GSPMDSharding  # jax's own form of a compiled program's layouts
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec, SingleDeviceSharding
 from jaxlib import _jax
@@ -89,3 +91,19 @@ def execute(loaded, arguments: Sequence[jax.Array]) -> list[jax.Array]:
         for shard in shards:
             shard.block_until_ready()
     return [shards[0] for shards in results]
+
+
+def execute_laid_out(loaded, mesh: Mesh, arguments: Sequence[jax.Array]) -> list[jax.Array]:
+    """Run an SPMD executable; its results as global arrays laid out as the program returns them (each device
+    keeping its shard), for a caller that passes them on to the next call (an engine's decode state) rather than
+    reading them."""
+    results = loaded.execute_sharded(list(arguments)).disassemble_into_single_device_arrays()
+    arrays = []
+    with jax.enable_x64(True):
+        for shards, given in zip(results, loaded.get_output_shardings()):
+            layout = xla_client.HloSharding.from_proto(given)
+            ways = get_num_ways_dim_sharded(layout)[0] or [1] * shards[0].ndim
+            shape = tuple(size * split for size, split in zip(shards[0].shape, ways))
+            arrays.append(jax.make_array_from_single_device_arrays(
+                shape, GSPMDSharding(tuple(mesh.devices.flat), layout), shards))
+    return arrays

@@ -6,7 +6,7 @@ collectives of its own. So the program's optimum is one proposal among several: 
 rates and under two other calibrations of them (all-gathers priced as the measured all-reduces; every collective
 at a tenth of its measured price, the rates a fast interconnect has), and the plans the field writes by hand:
 data-parallel, Megatron-LM's tensor-parallel plan (over the last axis, the batch over the others; found from the
-graph, ``plan.megatron_plan``) and FSDP (over the last axis, the batch over the first). Replicated is not timed:
+graph, ``plan.megatron_plan``; a loop step's carried state laid out as the search lays it out) and FSDP (over the last axis, the batch over the first). Replicated is not timed:
 data-parallel holds the same weights, does a share of the work and is the replicated plan where no axis divides
 the batch. Those that fit ``max_bytes_per_device`` are compiled and timed on the mesh (``timing``): a few calls
 of each, then more calls of those within ``CLOSE`` of the fastest and of the hand plans within ``HAND_CLOSE``
@@ -54,6 +54,10 @@ def search_plan(program: ExportedProgram, signature: Signature, mesh, max_bytes_
     first, last = list(mesh)[0], list(mesh)[-1]
     candidates["data-parallel"] = data_parallel_plan(program, signature, mesh)  # replicated where nothing divides
     candidates["megatron"] = megatron_plan(program, signature, mesh)
+    if loop_carried:  # a loop step's hand plan keeps what it carries (a decode step's KV cache) as the search does:
+        # over its heads where the search splits it so, with the keys' and values' products, as Megatron serves
+        candidates["megatron"].update({slot.name: searched[slot.name] for slot in signature.user_inputs[:loop_carried]
+                                       if slot.name in searched})
     candidates["fsdp"] = fsdp_plan(program, signature, last, first, mesh)
     distinct = {}
     for name, plan in candidates.items():

@@ -13,6 +13,7 @@ from torch_stablehlo.stablehlo_ir.mlir_context import make_context
 from torch_stablehlo.stablehlo_ir.specs import dtype_name
 
 from ..api import export_to_stablehlo
+from ..autoshard.plan import ShardingPlan
 from ..formats.artifact import StableHLOArtifact
 from ..formats.engine_artifact import (GENERATE, INSERT, PREFILL, SHIFT, EngineArtifact, EngineConfig,
                                        SamplingDefaults)
@@ -20,6 +21,7 @@ from ..generate.compose import merged_weights
 from ..generate.generation_settings import SAMPLING_DEFAULTS, GenerationSettings, resolve_settings
 from ..generate.loop_steps import carried_shape, layer_shapes
 from .loop import looped
+from .mesh import engine_layouts, sharded_entries, step_shardings
 from .state import Admission, Prefilled, Prompt, sampling_rows
 from .steps import EngineGenerate, EngineInsert, EnginePrefill, EngineShift, EngineStep
 
@@ -30,12 +32,18 @@ ALIASING_ATTR = "tf.aliasing_output"
 
 
 def export_engine(model, slots: int = 8, max_cache_len: int = 2048, *, max_prompt_len: int | None = None,
-                  buckets=None, steps_per_call: int = STEPS_PER_CALL) -> EngineArtifact:
+                  buckets=None, steps_per_call: int = STEPS_PER_CALL, mesh=None, shardings=None) -> EngineArtifact:
     """The engine of ``model`` (a transformers causal LM in eval mode, its layers full or sliding-window
     attention): ``slots`` requests decoded at once, each holding up to ``max_cache_len`` tokens (its prompt's
     bucket and its new tokens). Prompts of 1 to ``max_prompt_len`` tokens (default ``max_cache_len // 2``) are
     prefilled padded to the shortest of ``buckets`` that holds them (default: powers of two from 16, then
-    ``max_prompt_len``)."""
+    ``max_prompt_len``).
+
+    ``mesh`` and ``shardings`` (as ``export_to_stablehlo`` takes them: a mapping of names to specs, a
+    ``ShardingPlan``, or ``"auto"``: searched) make every entry point SPMD over the mesh with the generate step's
+    plan (``mesh.py``): its weights named ``model.<the model's name>``, the state ``state_<field>`` (the caches
+    ``state_caches_<i>``), searched with the state priced as carried (the KV cache split over its kv heads where
+    that wins); the runner keeps the state split so on the mesh's devices. ``art.sharding_plan``: that plan."""
     if model.training:
         raise ValueError("export_engine takes a model in eval mode (call model.eval() first)")
     if model.config.is_encoder_decoder:
@@ -59,6 +67,9 @@ def export_engine(model, slots: int = 8, max_cache_len: int = 2048, *, max_promp
     if buckets[0] < shortest:
         raise ValueError(f"buckets must be at least {shortest} tokens long with generation_config's "
                          f"no_repeat_ngram_size={settings.no_repeat_ngram_size}; got {list(buckets)}")
+    one_step = EngineStep(model, settings)
+    planned = step_shardings(one_step, state, mesh, shardings)  # the mesh checked before anything is exported
+    generate = export_to_stablehlo(one_step, (state,), mesh=mesh, shardings=planned)
     bucket = Dim(BUCKET_DIM, min=shortest, max=buckets[-1])
     prompt = Prompt(torch.ones(1, buckets[0], dtype=torch.int64), torch.ones(1, buckets[0], dtype=torch.int64),
                     torch.ones(1, dtype=torch.int64), sampling_rows(1, vocab_size))
@@ -74,7 +85,7 @@ def export_engine(model, slots: int = 8, max_cache_len: int = 2048, *, max_promp
     steps = {PREFILL: prefill,
              INSERT: export_to_stablehlo(EngineInsert(shapes), (state, admission),
                                          dynamic_shapes=(_static(state), admission_dims)),
-             GENERATE: looped(export_to_stablehlo(EngineStep(model, settings), (state,)),
+             GENERATE: looped(generate,
                              export_to_stablehlo(EngineGenerate(steps_per_call, settings.pad_token_id),
                                                  (state, torch.tensor(1))), settings.pad_token_id),
              SHIFT: export_to_stablehlo(EngineShift(), (state, torch.tensor(1)))}
@@ -84,7 +95,10 @@ def export_engine(model, slots: int = 8, max_cache_len: int = 2048, *, max_promp
     entries = {name: _entry_point(step, [by_target[t] for t in taken[name]], weights,
                                   0 if name == PREFILL else state_leaves)
                for name, step in steps.items()}
-    return EngineArtifact(entries, weights, config)
+    if mesh is not None:
+        entries = sharded_entries(entries, engine_layouts(generate, state, shapes),
+                                  len(pytree.tree_leaves(admission)))
+    return EngineArtifact(entries, weights, config, sharding_plan=planned if isinstance(planned, ShardingPlan) else None)
 
 
 def sampling_defaults(generation_config) -> SamplingDefaults:

@@ -18,8 +18,10 @@ from jaxlib.mlir.dialects import func, stablehlo
 from torch_stablehlo.aten_lowerings import constant, while_loop
 from torch_stablehlo.stablehlo_ir.functions import move_functions
 from torch_stablehlo.stablehlo_ir.mlir_context import make_context
+from torch_stablehlo.stablehlo_ir.shardy import declare_mesh
 
 from ..formats.artifact import StableHLOArtifact
+from ..generate.compose import callee_module
 
 STEP = "step"
 
@@ -30,7 +32,7 @@ def looped(step: StableHLOArtifact, convention: StableHLOArtifact, pad_token_id:
     weights = len(step.signature.weights)
     with make_context(), ir.Location.unknown():
         module = ir.Module.create()
-        called = move_functions(ir.Module.parse(step.stablehlo_text), STEP, module.body)
+        called = move_functions(callee_module(step), STEP, module.body)
         step_type = ir.FunctionType(ir.TypeAttr(called.attributes["function_type"]).value)
         leaves = list(step_type.results[:-1])
         chosen = ir.RankedTensorType(step_type.results[-1])
@@ -56,6 +58,8 @@ def looped(step: StableHLOArtifact, convention: StableHLOArtifact, pad_token_id:
             final = while_loop(start, lambda index, *_: stablehlo.compare(
                 index, steps, stablehlo.ComparisonDirectionAttr.get("LT")), body)
             func.ReturnOp([*final[2:], final[1]])
+        if step.signature.mesh:  # the step's layouts hold inside; @main's are the engine's (``mesh.sharded_entry``)
+            declare_mesh(module, step.signature.mesh)
         text = module.operation.get_asm(enable_debug_info=True)
     signature = dataclasses.replace(convention.signature, inputs=[*step.signature.weights,
                                                                   *convention.signature.user_inputs], live_trees=None)

@@ -34,6 +34,7 @@ from torch_stablehlo.runtime import pjrt
 from torch_stablehlo.stablehlo_ir.dtypes import to_numpy
 from torch_stablehlo.stablehlo_ir.specs import DTYPES_BY_NAME, dtype_name
 
+from ..autoshard.plan import ShardingPlan
 from ..conversion.signature import Signature
 from ..engine.state import Admission, DecodeState, Prefilled, Prompt, Sampling, empty_state
 from ..errors import BundleError
@@ -114,10 +115,22 @@ class EngineArtifact:
     """The engine's entry points (``ENTRY_POINTS``, each a ``StableHLOArtifact``) over one ``weights`` dict."""
 
     def __init__(self, entry_points: dict[str, StableHLOArtifact], weights: dict[str, torch.Tensor],
-                 config: EngineConfig):
+                 config: EngineConfig, *, sharding_plan: ShardingPlan | None = None):
         self.entry_points = entry_points
         self.weights = weights
         self.config = config
+        self._sharding_plan = sharding_plan  # the searched plan (with its cost), where shardings="auto" chose it
+
+    @property
+    def mesh(self) -> dict[str, int] | None:
+        """The device mesh every entry point is partitioned over (``export_engine(mesh=...)``); None: one device."""
+        return self.entry_points[GENERATE].signature.mesh
+
+    @property
+    def sharding_plan(self) -> ShardingPlan | None:
+        """The generate step's plan, which every entry point follows (name -> spec of each weight and state leaf;
+        ``print`` it for a picture); None on one device."""
+        return self._sharding_plan or self.entry_points[GENERATE].sharding_plan
 
     def runner(self, platform: str = "cpu") -> "EngineRunner":
         """A runner over these entry points with a fresh state (every slot free)."""
@@ -132,6 +145,10 @@ class EngineArtifact:
     def save_tf_saved_model(self, path: str | os.PathLike, *, target_version: str = DEFAULT_TARGET) -> Path:
         """Write a TF SavedModel with one signature per entry point, the decode state in variables (needs
         tensorflow; see ``formats.engine_saved_model``)."""
+        if self.mesh:
+            raise NotImplementedError(f"cannot save a SavedModel of an engine partitioned over the mesh {self.mesh}: "
+                                      "TF's XlaCallModule runs it on one device; export the engine without a mesh "
+                                      "for TF serving")
         from .engine_saved_model import save_engine_saved_model  # tensorflow takes seconds to import: only when asked
 
         return save_engine_saved_model(self, path, target_version=target_version)
@@ -235,17 +252,21 @@ class EngineRunner:
 
     def __init__(self, artifact: EngineArtifact, platform: str = "cpu"):
         self.artifact, self.config, self.platform = artifact, artifact.config, platform
-        aliases = alias_map(artifact.weights)
-        unique = sorted(set(aliases.values()))
-        placed = dict(zip(unique, pjrt.put([to_numpy(artifact.weights[n]) for n in unique], platform)))
-        self._weights = {name: placed[target] for name, target in aliases.items()}
+        self.mesh = artifact.mesh  # over a mesh, each device holds its shards of the weights and of the state
+        specs = {s.target: s.sharding for entry in artifact.entry_points.values() for s in entry.signature.weights}
+        copies = {name: (target, specs.get(name)) for name, target in alias_map(artifact.weights).items()}
+        unique = sorted(set(copies.values()), key=repr)  # tied weights once per layout
+        placed = dict(zip(unique, pjrt.put([to_numpy(artifact.weights[n]) for n, _ in unique], platform, self.mesh,
+                                           [spec for _, spec in unique])))
+        self._weights = {name: placed[copy] for name, copy in copies.items()}
         self._executables: dict[tuple, pjrt.Executable] = {}
         self.reset()
 
     def reset(self) -> None:
         """Every slot free again."""
         leaves, self._state_tree = pytree.tree_flatten(self.config.empty_state())
-        self._state = pjrt.put([to_numpy(leaf) for leaf in leaves], self.platform)
+        specs = [slot.sharding for slot in self.artifact.entry_points[GENERATE].signature.user_inputs]
+        self._state = pjrt.put([to_numpy(leaf) for leaf in leaves], self.platform, self.mesh, specs[:len(leaves)])
 
     def prefill(self, prompt: list[int], sampling: Sampling, max_new_tokens: int) -> Prefilled:
         """The first token and caches of ``prompt`` (its caches stay on the device, for ``insert``)."""
@@ -295,10 +316,15 @@ class EngineRunner:
         key = (name, shapes if entry.signature.is_dynamic else ())
         if key not in self._executables:
             self._executables[key] = pjrt.Executable(entry.runnable_text(), self.platform,
-                                                     arg_shapes=shapes if key[1] else None)
-        placed = dict(zip(hosts, pjrt.put([to_numpy(leaves[i]) for i in hosts], self.platform)))
-        arrays = self._executables[key].execute([*weights, *state, *(placed.get(i, leaf)
-                                                                      for i, leaf in enumerate(leaves))])
+                                                     arg_shapes=shapes if key[1] else None, mesh=self.mesh)
+        executable = self._executables[key]
+        if self.mesh is None:
+            placed = dict(zip(hosts, pjrt.put([to_numpy(leaves[i]) for i in hosts], self.platform)))
+        else:  # each host input split (or replicated) as the program takes it
+            first = len(weights) + len(state)
+            placed = {i: executable.put([to_numpy(leaves[i])], first=first + i)[0] for i in hosts}
+        arrays = executable.execute([*weights, *state, *(placed.get(i, leaf) for i, leaf in enumerate(leaves))],
+                                    laid_out=True)
         if takes_state:
             self._state, arrays = arrays[:len(state)], arrays[len(state):]
         return arrays

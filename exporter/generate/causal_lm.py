@@ -2,6 +2,8 @@
 an encoder-decoder's in ``seq2seq``."""
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 import torch.utils._pytree as pytree
 from torch.export import Dim
@@ -80,7 +82,7 @@ def export_generate(model, input_ids: torch.Tensor, max_new_tokens: int = 64, ma
     signature = generate_signature(program.weight_slots, batch, settings, PROMPT_DIM, settings.max_prompt_len,
                                    f"{PROMPT_DIM} + {settings.max_new_tokens}")
     if mesh is not None:
-        signature = signature.sharded(mesh, {})  # the weight slots carry the prefill's shardings
+        signature = dataclasses.replace(signature, mesh=dict(mesh))  # the weight slots carry the prefill's shardings
     return GenerateArtifact(program.stablehlo_text, signature, program.weights, settings,
                             sharding_plan=decode.sharding_plan)
 

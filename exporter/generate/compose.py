@@ -78,7 +78,7 @@ def compose(prefill: StableHLOArtifact, decode: StableHLOArtifact, max_new_token
     inputs = [s.tensor.name for s in prefill.signature.user_inputs]
     with make_context(), ir.Location.unknown():
         module = ir.Module.create()
-        functions = {step: move_functions(_callee(a), step, module.body) for step, a in steps.items()}
+        functions = {step: move_functions(callee_module(a), step, module.body) for step, a in steps.items()}
         argument_types = {step: ir.FunctionType(ir.TypeAttr(f.attributes["function_type"]).value).inputs
                           for step, f in functions.items()}
         weight_types = {t: ty for step in steps for t, ty in zip(taken[step], argument_types[step])}
@@ -104,9 +104,9 @@ def compose(prefill: StableHLOArtifact, decode: StableHLOArtifact, max_new_token
     return ComposedProgram(text, weight_slots, weights)
 
 
-def _callee(step: StableHLOArtifact) -> ir.Module:
-    """A step's module parsed to have its functions moved (over a mesh: its shardings as ``shardy.as_callee``
-    leaves them)."""
+def callee_module(step: StableHLOArtifact) -> ir.Module:
+    """A step's module parsed to have its functions moved into another's (over a mesh: its shardings as
+    ``shardy.as_callee`` leaves them, the calling module declaring the mesh)."""
     module = ir.Module.parse(step.stablehlo_text)
     if step.signature.mesh:
         as_callee(module)

@@ -26,6 +26,7 @@ from torch_stablehlo.exporter.generate.loop_steps import Decode, LoopState, Prom
 from torch_stablehlo.golden.sharded_decoder import decoder_example
 from torch_stablehlo.runtime.device_costs import FILE_VARIABLE, costs_key
 
+from tests.sharding.engine_checks import engine_heads
 from tests.sharding.spmd_checks import TOLERANCE, check
 from tests.support import left_padded_prompts
 
@@ -229,7 +230,7 @@ def load_and_run(folder: Path) -> None:
     print("fresh process: equal", dict(art.sharding_plan)["input_ids"])
 
 
-CHECKS = [mlp_megatron, mlp_budget, fsdp, decoder_auto, tied_split_apart, generate_heads_plan]
+CHECKS = [mlp_megatron, mlp_budget, fsdp, decoder_auto, tied_split_apart, generate_heads_plan, engine_heads]
 FULL_SWEEP_CHECKS = [moe_experts_split, generate_on_mesh]  # run by --full-sweep: exports of transformers models
 
 

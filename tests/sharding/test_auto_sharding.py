@@ -2,7 +2,8 @@
 anything compiles. On 8 devices (``auto_checks``, one subprocess): the integer program's known optimum for a
 two-layer MLP (colwise then rowwise, one all-reduce), the memory budget, FSDP and auto plans equal to eager
 through the call, a bundle and ``to_jax()``, the auto plan the fastest of the candidates timed, a tied weight split
-two ways; the auto-sharded bundle in a fresh process, and ``inspect --shardings`` on it."""
+two ways, a tiny Llama's serving engine over {"model": 2} (``engine_checks``); the auto-sharded bundle in a fresh
+process, and ``inspect --shardings`` on it."""
 import json
 import operator
 import os
@@ -12,7 +13,8 @@ import sys
 import pytest
 import torch
 
-from torch_stablehlo.exporter import (ShardingError, auto_shardings, export_to_stablehlo, fsdp_shardings)
+from torch_stablehlo.exporter import (ShardingError, auto_shardings, export_engine, export_to_stablehlo,
+                                      fsdp_shardings)
 from torch_stablehlo.exporter.autoshard.choose import HAND_PLANS, TIE
 from torch_stablehlo.exporter.autoshard.op_dims import op_dims
 from torch_stablehlo.exporter.autoshard.plan import held_slots, megatron_plan
@@ -24,6 +26,7 @@ from torch_stablehlo.golden.sharded_decoder import DecoderConfig, decoder_exampl
 from torch_stablehlo.runtime import pjrt
 from torch_stablehlo.runtime.device_costs import FILE_VARIABLE
 from torch_stablehlo.runtime.spmd import MeshError
+from tests.serving.engine_models import tiny
 from tests.sharding import auto_checks
 
 
@@ -66,6 +69,41 @@ def test_export_generate_over_a_mesh_is_token_exact_with_generate(tmp_path):
     assert heads["equal"] and auto["equal"]
     assert "f32[3,1,64,16]" in heads["cache_shapes"]  # each device holds one of the two kv heads' cache
     assert auto["chosen"] is not None                   # "auto": a searched (and timed) plan
+
+
+def test_an_engine_over_a_mesh_serves_token_exact_with_its_cache_split_over_heads(report):
+    result = _ok(report["engine_heads"])
+    assert result["served"]["equal"], result["served"]           # staggered requests, each as generate alone
+    assert "f32[2,1,64,16]" in result["cache_shapes"]            # each device: one of the two kv heads' cache
+    assert result["donated"] and set(result["state_shards"]) == {2}  # the state on both devices, donated
+    plan, loaded = result["plan"], result["loaded_plan"]
+    assert result["loaded_mesh"] == {"model": 2} and loaded == plan  # the bundle keeps the plan
+    assert {name: plan[name] for name in CACHES} == dict.fromkeys(CACHES, [None, "model"])
+    assert plan["model.model.layers.1.mlp.down_proj.weight"] == [None, "model"] and plan["state_tokens"] == []
+
+
+@pytest.mark.full_sweep_only
+def test_engines_over_four_devices_and_an_auto_plan_serve_token_exact(tmp_path):
+    names = ["engine_slots_and_heads", "engine_auto"]
+    subprocess.run([sys.executable, "-m", "tests.sharding.engine_checks", str(tmp_path / "report.json"),
+                    str(tmp_path), *names], check=True, timeout=900, env=dict(os.environ), capture_output=True)
+    report = json.loads((tmp_path / "report.json").read_text())
+    slots_and_heads, auto = (_ok(report[name]) for name in names)
+    for result in (slots_and_heads, auto):
+        assert result["served"]["equal"] and result["loaded"]["equal"], (result["served"], result["loaded"])
+        assert result["donated"] and all(result["loaded_plan"][k] == v for k, v in result["plan"].items())
+    assert "f32[1,1,64,16]" in slots_and_heads["cache_shapes"]  # each device: one slot's row of one kv head
+    assert set(slots_and_heads["state_shards"]) == {4}
+    assert auto["chosen"] is not None                          # "auto": a searched (and timed) plan
+
+
+def test_an_engine_with_shardings_but_no_mesh_or_too_large_a_mesh_is_refused_before_compiling():
+    model, compiled = tiny("llama"), dict(pjrt.STATS)
+    with pytest.raises(ShardingError, match="shardings need a device mesh"):
+        export_engine(model, slots=2, max_cache_len=64, shardings={"state_caches_*": (None, "model")})
+    with pytest.raises(MeshError, match="needs 4 devices; the 'cpu' client has 1"):
+        export_engine(model, slots=2, max_cache_len=64, mesh={"model": 4}, shardings="auto")
+    assert pjrt.STATS == compiled
 
 
 @pytest.fixture(scope="module")
