@@ -50,7 +50,7 @@ def _per_device(art) -> dict:
     """The generate program's cache shapes per device, and whether a call consumed the state it was given."""
     runner = art.runner()
     given = list(runner._state)
-    runner.insert(0, 3, 4, sampling_rows(1, VOCAB), runner.prefill([5, 6, 7], sampling_rows(1, VOCAB)))
+    runner.insert(0, [5, 6, 7], 4, sampling_rows(1, VOCAB), runner.prefill([5, 6, 7], sampling_rows(1, VOCAB), 4))
     donated = all(leaf.is_deleted() for leaf in given)
     runner.generate(1)
     hlo = next(e for k, e in runner._executables.items() if k[0] == GENERATE).loaded.hlo_modules()[0].to_string()
