@@ -95,10 +95,10 @@ class EnginePrefill(CausalStep):
         offset = torch.zeros((), dtype=torch.int64, device=input_ids.device)
         logits, caches = self.run_model(input_ids, attention_mask, positions, offset, zeros)
         length = attention_mask.sum(-1)
-        scores = processed(logits, self.settings, SequenceSoFar(
-            input_ids, attention_mask == 1, torch.full((), bucket, dtype=torch.int64, device=input_ids.device),
-            torch.zeros_like(length),
-            length, prompt.max_new_tokens == 1))
+        end = torch.full((), bucket, dtype=torch.int64, device=input_ids.device)  # the first new token's column
+        scores = processed(logits, self.settings, SequenceSoFar(input_ids, attention_mask == 1, end,
+                                                                torch.zeros_like(length), length,
+                                                                prompt.max_new_tokens == 1))
         return Prefilled(choose_rows(scores, prompt.sampling, length), tuple(caches))
 
 
