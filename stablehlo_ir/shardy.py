@@ -63,13 +63,30 @@ def replicated_results(types: Sequence[ir.Type]) -> ir.ArrayAttr:
                              for t in types])
 
 
-def shard_main(module: ir.Module, main, mesh: dict[str, int], specs: Sequence[Spec | None]) -> None:
-    """Make ``module`` SPMD over ``mesh``, as a lowered ``@main`` is: the mesh declared, ``main``'s arguments
-    split as ``specs`` say (None: left to propagation), its results replicated."""
-    declare_mesh(module, mesh)
-    main.attributes["arg_attrs"] = argument_attributes(specs)
-    main.attributes["res_attrs"] = replicated_results(ir.FunctionType(ir.TypeAttr(main.attributes["function_type"])
-                                                                      .value).results)
+def shard_main(module: ir.Module, main, mesh: dict[str, int], specs: Sequence[Spec | None],
+               result_specs: Sequence[Spec] | None = None) -> None:
+    """Make ``module`` SPMD over ``mesh``, as a lowered ``@main`` is: the mesh declared (where it is not yet),
+    ``main``'s arguments split as ``specs`` say (None: left to propagation), its results as ``result_specs`` say
+    (each with an entry per dim; left out: replicated); the other argument and result attributes kept (a
+    donation's ``tf.aliasing_output``)."""
+    if not any(op.operation.name == "sdy.mesh" for op in module.body.operations):
+        declare_mesh(module, mesh)
+    results = ir.FunctionType(ir.TypeAttr(main.attributes["function_type"]).value).results
+    if result_specs is None:
+        result_specs = [((),) * ir.RankedTensorType(t).rank for t in results]
+    main.attributes["arg_attrs"] = _with_shardings(main, "arg_attrs", specs)
+    main.attributes["res_attrs"] = _with_shardings(main, "res_attrs", result_specs)
+
+
+def _with_shardings(main, name: str, specs: Sequence[Spec | None]) -> ir.ArrayAttr:
+    """``main``'s ``name`` attributes (``arg_attrs`` or ``res_attrs``) with each entry's sharding set from ``specs``
+    (None: none), its other attributes kept."""
+    old = [ir.DictAttr(a) for a in ir.ArrayAttr(main.attributes[name])] if name in main.attributes else \
+        [None] * len(specs)
+    return ir.ArrayAttr.get([ir.DictAttr.get({**({n.name: n.attr for n in entries if n.name != SHARDING_ATTR}
+                                                  if entries is not None else {}),
+                                               **({SHARDING_ATTR: sharding_attr(spec)} if spec is not None else {})})
+                             for entries, spec in zip(old, specs)])
 
 
 def as_callee(module: ir.Module) -> None:

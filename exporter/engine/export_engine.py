@@ -98,7 +98,8 @@ def export_engine(model, slots: int = 8, max_cache_len: int = 2048, *, max_promp
     if mesh is not None:
         entries = sharded_entries(entries, engine_layouts(generate, state, shapes),
                                   len(pytree.tree_leaves(admission)))
-    return EngineArtifact(entries, weights, config, sharding_plan=planned if isinstance(planned, ShardingPlan) else None)
+    searched = planned if isinstance(planned, ShardingPlan) else None
+    return EngineArtifact(entries, weights, config, sharding_plan=searched)
 
 
 def sampling_defaults(generation_config) -> SamplingDefaults:

@@ -19,7 +19,7 @@ from jaxlib.mlir import ir
 
 from torch_stablehlo.runtime import pjrt
 from torch_stablehlo.stablehlo_ir.mlir_context import make_context
-from torch_stablehlo.stablehlo_ir.shardy import SHARDING_ATTR, Spec, declare_mesh, normalize_spec, sharding_attr
+from torch_stablehlo.stablehlo_ir.shardy import Spec, normalize_spec, shard_main
 
 from ..conversion.input_shardings import check_mesh
 from ..errors import ShardingError
@@ -106,23 +106,16 @@ def _full(spec, shape) -> Spec:
 
 
 def _annotated(text: str, mesh: dict[str, int], arguments: list[Spec], results: list[Spec | None]) -> str:
-    """``text`` with the mesh declared (where it is not) and ``@main``'s argument and result shardings set (the
-    other attributes kept; a result without a spec replicated)."""
+    """``text`` over ``mesh`` (``shardy.shard_main``): ``@main``'s argument and result shardings set, a result
+    without a spec replicated."""
     with make_context():
         module = ir.Module.parse(text)
-        if not any(op.operation.name == "sdy.mesh" for op in module.body.operations):
-            declare_mesh(module, mesh)
         main = next(op for op in module.body.operations if op.operation.name == "func.func"
                     and ir.StringAttr(op.attributes["sym_name"]).value == "main")
         types = ir.FunctionType(ir.TypeAttr(main.attributes["function_type"]).value)
         result_specs = list(results) + [None] * (len(types.results) - len(results))
-        result_specs = [_full(spec, ir.RankedTensorType(t).shape) for spec, t in zip(result_specs, types.results)]
-        for attr, specs in (("arg_attrs", arguments), ("res_attrs", result_specs)):
-            old = [ir.DictAttr(a) for a in ir.ArrayAttr(main.attributes[attr])] if attr in main.attributes else \
-                [None] * len(specs)
-            main.attributes[attr] = ir.ArrayAttr.get([
-                ir.DictAttr.get({**({n.name: n.attr for n in entries} if entries is not None else {}),
-                                 SHARDING_ATTR: sharding_attr(spec)}) for entries, spec in zip(old, specs)])
+        shard_main(module, main, mesh, arguments,
+                   [_full(spec, ir.RankedTensorType(t).shape) for spec, t in zip(result_specs, types.results)])
         return module.operation.get_asm(enable_debug_info=True)
 
 

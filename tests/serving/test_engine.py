@@ -168,8 +168,7 @@ def bucketed(prompt: list[int], bucket: int) -> tuple[np.ndarray, np.ndarray]:
 def drive(config, prefill, insert, generate, asked) -> list[list[int]]:
     """Two requests side by side (8 tokens each) through the entry points given as callables: ``prefill(prompt's
     input_ids, attention_mask, max_new_tokens, sampling)`` -> (first token, caches), ``insert(Admission)``,
-    ``generate(steps)`` ->
-    [steps_per_call, slots] tokens; 7 steps made in two generate calls of 3 and 4 steps."""
+    ``generate(steps)`` -> [steps_per_call, slots] tokens; 7 steps made in two generate calls of 3 and 4 steps."""
     made = {}
     for slot, prompt in enumerate(asked[:2]):
         ids, mask = bucketed(prompt, config.bucket(len(prompt)))
